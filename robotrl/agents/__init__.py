@@ -1,0 +1,26 @@
+"""Learners, one per file, behind the small contract in base.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from robotrl.agents.base import Agent
+from robotrl.agents.sac import SAC, SACConfig
+from robotrl.data.spec import ObsSpec
+
+AGENTS: dict[str, tuple[type, type[Agent]]] = {"sac": (SACConfig, SAC)}
+AGENT_CONFIGS = {name: cfg for name, (cfg, _) in AGENTS.items()}
+
+
+def make_agent(cfg: Any, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu") -> Agent:
+    """Instantiate the agent a config names; unknown names list the available agents."""
+    name = getattr(cfg, "name", None)
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; available agents: {', '.join(sorted(AGENTS))}")
+    _, agent_cls = AGENTS[name]
+    return agent_cls(cfg, obs_spec, action_dim, device)
+
+
+__all__ = ["AGENTS", "AGENT_CONFIGS", "SAC", "Agent", "SACConfig", "make_agent"]

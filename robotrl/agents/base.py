@@ -1,0 +1,46 @@
+"""The contract every learner follows, so the loop, checkpoints and actors never special-case one.
+
+An agent owns its networks and optimizers, acts on batched observation dicts with actions in [-1, 1]
+(the env adapter maps them to the task's bounds), and performs one gradient update per `update` call.
+`update` returns 0-dim tensors, not floats, so that a hot loop never forces a device sync to log.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from robotrl.data.replay import Batch
+from robotrl.data.spec import ObsSpec
+
+
+class Agent(nn.Module, ABC):
+    obs_spec: ObsSpec
+    action_dim: int
+
+    @abstractmethod
+    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        """Actions [B, action_dim] in [-1, 1] for a batch of observations."""
+
+    @abstractmethod
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One gradient update; returns detached 0-dim metric tensors."""
+
+    @abstractmethod
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimizer by a stable name, for checkpoints."""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+def make_adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
+    """Adam with the fused kernel where this torch build has one for the device (one launch per step)."""
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr, foreach=True)

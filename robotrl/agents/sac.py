@@ -1,0 +1,158 @@
+"""Soft Actor-Critic (Haarnoja et al., 2018) with an ensemble critic evaluated in one batched pass."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from robotrl.agents.base import Agent, make_adam
+from robotrl.data.replay import Batch
+from robotrl.data.spec import ObsSpec, check_obs
+from robotrl.nn import EnsembleMLP, StateEncoder, TanhNormal, mlp
+
+
+@dataclass
+class SACConfig:
+    name: str = "sac"
+    actor_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    num_critics: int = 2
+    critic_layer_norm: bool = False
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    n_step: int = 1
+    batch_size: int = 256
+    utd_ratio: int = 1  # gradient updates per env step
+    actor_update_interval: int = 1  # critic updates per actor update
+    init_alpha: float = 1.0
+    learn_alpha: bool = True
+    target_entropy: float | None = None  # None: -action_dim
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+    def validate(self) -> None:
+        positive = ("num_critics", "n_step", "batch_size", "utd_ratio", "actor_update_interval")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"agent.{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
+        if not self.log_std_min < self.log_std_max:
+            raise ValueError(
+                f"agent.log_std_min ({self.log_std_min}) must be below agent.log_std_max ({self.log_std_max})"
+            )
+
+
+class TanhGaussianActor(nn.Module):
+    def __init__(self, in_dim: int, hidden: list[int], action_dim: int, log_std_min: float, log_std_max: float):
+        super().__init__()
+        self.net = mlp(in_dim, hidden, 2 * action_dim)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+
+    def forward(self, features: torch.Tensor) -> TanhNormal:
+        mean, raw_log_std = self.net(features).chunk(2, dim=-1)
+        # Smoothly bounded log-std (as in DrQ/SERL) keeps gradients alive at the bounds.
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw_log_std) + 1)
+        return TanhNormal(mean, log_std)
+
+
+class SAC(Agent):
+    def __init__(self, cfg: SACConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
+        super().__init__()
+        cfg.validate()
+        self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
+        self.encoder = StateEncoder(obs_spec)
+        feat = self.encoder.out_dim
+        self.actor = TanhGaussianActor(feat, cfg.actor_hidden, action_dim, cfg.log_std_min, cfg.log_std_max)
+        self.critic = EnsembleMLP(
+            cfg.num_critics, feat + action_dim, cfg.critic_hidden, 1, layer_norm=cfg.critic_layer_norm
+        )
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(float(cfg.init_alpha)).log(), requires_grad=cfg.learn_alpha)
+        self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
+        self.to(device)
+
+        dev = torch.device(device)
+        self.actor_opt = make_adam(self.actor.parameters(), cfg.actor_lr, dev)
+        self.critic_opt = make_adam(self.critic.parameters(), cfg.critic_lr, dev)
+        self.alpha_opt = make_adam([self.log_alpha], cfg.alpha_lr, dev) if cfg.learn_alpha else None
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.target_critic.parameters())
+        self.num_updates = 0
+        self._last_actor_metrics: dict[str, torch.Tensor] = {}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        opts = {"actor": self.actor_opt, "critic": self.critic_opt}
+        if self.alpha_opt is not None:
+            opts["alpha"] = self.alpha_opt
+        return opts
+
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        check_obs(self.obs_spec, obs)
+        dist = self.actor(self.encoder(obs))
+        if deterministic:
+            return dist.mode
+        return dist.rsample_with_log_prob()[0]
+
+    def _q(self, critic: nn.Module, features: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return critic(torch.cat([features, action], dim=-1))  # [N, B, 1]
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        features = self.encoder(batch.obs)
+        alpha = self.log_alpha.detach().exp()
+        metrics = self._update_critic(features, batch, alpha)
+        self._soft_update_target()
+        self.num_updates += 1
+        if self.num_updates % self.cfg.actor_update_interval == 0:
+            self._last_actor_metrics = self._update_actor_and_alpha(features, alpha)
+        metrics.update(self._last_actor_metrics)
+        return metrics
+
+    def _update_critic(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_features = self.encoder(batch.next_obs)
+            next_action, next_log_prob = self.actor(next_features).rsample_with_log_prob()
+            next_q = self._q(self.target_critic, next_features, next_action).min(dim=0).values
+            target = batch.reward + batch.discount * (next_q - alpha * next_log_prob)
+        q = self._q(self.critic, features, batch.action)
+        critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+        return {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
+
+    def _update_actor_and_alpha(self, features: torch.Tensor, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        action, log_prob = self.actor(features).rsample_with_log_prob()
+        # The critic is a fixed function here: no weight gradients, only the path to the action.
+        self.critic.requires_grad_(False)
+        q = self._q(self.critic, features, action).min(dim=0).values
+        self.critic.requires_grad_(True)
+        actor_loss = (alpha * log_prob - q).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        metrics = {"actor_loss": actor_loss.detach(), "entropy": -log_prob.detach().mean(), "alpha": alpha}
+        if self.alpha_opt is not None:
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+            metrics["alpha_loss"] = alpha_loss.detach()
+        return metrics
+
+    @torch.no_grad()
+    def _soft_update_target(self) -> None:
+        torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)

@@ -1,0 +1,96 @@
+"""Structured configs for the entry points, registered with Hydra's ConfigStore.
+
+Each group option in configs/ starts from one of these schemas, so an unknown key or a value of the
+wrong type fails at start-up with the key's name instead of surfacing mid-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from robotrl.agents import AGENT_CONFIGS
+from robotrl.tasks import TASK_CONFIGS
+
+
+@dataclass
+class TrainConfig:
+    agent: Any = MISSING
+    task: Any = MISSING
+    seed: int = 1
+    total_steps: int = 100_000
+    learning_starts: int = 5_000  # uniform random actions before the first update
+    num_envs: int = 1
+    replay_capacity: int = 1_000_000
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    log_interval: int = 1_000
+    eval_interval: int = 10_000
+    eval_episodes: int = 10
+    checkpoint_interval: int = 10_000
+    checkpoint_replay: bool = True
+    keep_checkpoints: int = 2
+    video: bool = True
+    progress: bool = True
+    resume: str | None = None  # a run directory to continue
+
+    def validate(self) -> None:
+        for name in (
+            "total_steps",
+            "num_envs",
+            "replay_capacity",
+            "log_interval",
+            "eval_interval",
+            "eval_episodes",
+            "checkpoint_interval",
+            "keep_checkpoints",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("learning_starts", "threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+
+@dataclass
+class EvalConfig:
+    run: str = MISSING  # the run directory to evaluate
+    episodes: int = 10
+    seed: int = 12345
+    video: bool = True
+    deterministic: bool = True
+    device: str = "auto"
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="eval_schema", node=EvalConfig)
+    for name, node in AGENT_CONFIGS.items():
+        cs.store(group="schema/agent", name=name, node=node)
+    for name, node in TASK_CONFIGS.items():
+        cs.store(group="schema/task", name=name, node=node)
+
+
+def typed_train_config(cfg: DictConfig | dict) -> DictConfig:
+    """Re-type a plain (e.g. loaded from YAML) train config against the schemas its names select."""
+    plain = OmegaConf.create(cfg) if not isinstance(cfg, DictConfig) else cfg
+    agent_name, task_name = plain.agent.name, plain.task.name
+    if agent_name not in AGENT_CONFIGS:
+        raise ValueError(f"unknown agent {agent_name!r}; available agents: {', '.join(sorted(AGENT_CONFIGS))}")
+    if task_name not in TASK_CONFIGS:
+        raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
+    schema = OmegaConf.structured(TrainConfig(agent=AGENT_CONFIGS[agent_name](), task=TASK_CONFIGS[task_name]()))
+    return OmegaConf.merge(schema, plain)
+
+
+def to_train_config(cfg: DictConfig) -> TrainConfig:
+    """The validated dataclass form of a composed config (agent and task become their dataclasses)."""
+    obj = OmegaConf.to_object(typed_train_config(cfg))
+    obj.validate()
+    return obj

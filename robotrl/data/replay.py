@@ -1,0 +1,179 @@
+"""Replay storage in preallocated torch tensors.
+
+Layout is [time, env, ...]: each `add` writes one step of `num_envs` parallel environments, so a
+transition's successor in its own episode is always one row down, whatever the number of envs. That
+keeps n-step returns a vectorized gather instead of a per-sample walk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from robotrl.data.spec import ObsSpec, TensorSpec, check_obs
+
+Obs = dict[str, torch.Tensor]
+
+
+@dataclass
+class Batch:
+    """A sampled minibatch. `discount` already holds gamma^m * (1 - terminated), m the steps summed."""
+
+    obs: Obs
+    action: torch.Tensor
+    reward: torch.Tensor  # [B, 1], the (n-step) discounted sum of rewards
+    discount: torch.Tensor  # [B, 1]
+    next_obs: Obs
+
+
+class ReplayBuffer:
+    """Ring buffer of transitions with vectorized uniform sampling and optional n-step returns.
+
+    Truncation (a time limit) ends the n-step sum but still bootstraps from the next observation;
+    termination ends it without bootstrapping. Sums never run past the newest stored step.
+    """
+
+    def __init__(
+        self,
+        obs_spec: ObsSpec,
+        action_dim: int,
+        capacity: int,
+        num_envs: int = 1,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        device: str | torch.device = "cpu",
+    ):
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be >= 1, got {capacity}")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.obs_spec = dict(obs_spec)
+        self.action_dim = action_dim
+        self.num_envs = num_envs
+        self.horizon = math.ceil(capacity / num_envs)  # rows of the ring
+        self.n_step = n_step
+        self.gamma = gamma
+        self.device = torch.device(device)
+
+        rows, envs = self.horizon, num_envs
+        self.obs = self._alloc_obs(rows, envs)
+        self.next_obs = self._alloc_obs(rows, envs)
+        self.action = torch.zeros(rows, envs, action_dim, device=self.device)
+        self.reward = torch.zeros(rows, envs, device=self.device)
+        self.terminated = torch.zeros(rows, envs, dtype=torch.bool, device=self.device)
+        self.truncated = torch.zeros(rows, envs, dtype=torch.bool, device=self.device)
+        self.pos = 0  # next row to write
+        self.full = False
+        self._gamma_powers = gamma ** torch.arange(n_step, device=self.device, dtype=torch.float32)
+        self._steps = torch.arange(n_step, device=self.device)
+
+    def _alloc_obs(self, rows: int, envs: int) -> Obs:
+        return {
+            k: torch.zeros(rows, envs, *s.shape, dtype=s.dtype, device=self.device) for k, s in self.obs_spec.items()
+        }
+
+    @property
+    def rows_filled(self) -> int:
+        return self.horizon if self.full else self.pos
+
+    def __len__(self) -> int:
+        return self.rows_filled * self.num_envs
+
+    def add(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: Mapping[str, torch.Tensor],
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> None:
+        """Store one step of every env; each argument has a leading [num_envs] dimension."""
+        row = self.pos
+        for key in self.obs_spec:
+            self.obs[key][row].copy_(obs[key])
+            self.next_obs[key][row].copy_(next_obs[key])
+        self.action[row].copy_(action)
+        self.reward[row].copy_(reward)
+        self.terminated[row].copy_(terminated)
+        self.truncated[row].copy_(truncated)
+        self.pos = (row + 1) % self.horizon
+        self.full = self.full or self.pos == 0
+
+    def check_step(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor) -> None:
+        """Validate shapes once (e.g. on the first add) with messages that name the bad entry."""
+        check_obs(self.obs_spec, obs)
+        TensorSpec((self.action_dim,)).check("action", action)
+
+    def sample(self, batch_size: int) -> Batch:
+        filled = self.rows_filled
+        if filled == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        row = torch.randint(0, filled, (batch_size,), device=self.device)
+        env = torch.randint(0, self.num_envs, (batch_size,), device=self.device)
+        obs = {k: v[row, env] for k, v in self.obs.items()}
+        action = self.action[row, env]
+        if self.n_step == 1:
+            reward = self.reward[row, env]
+            discount = self.gamma * (~self.terminated[row, env]).float()
+            last = row
+        else:
+            reward, discount, last = self._n_step(row, env)
+        next_obs = {k: v[last, env] for k, v in self.next_obs.items()}
+        return Batch(obs, action, reward.unsqueeze(-1), discount.unsqueeze(-1), next_obs)
+
+    def _n_step(self, row: torch.Tensor, env: torch.Tensor):
+        rows = (row.unsqueeze(1) + self._steps) % self.horizon  # [B, n]
+        envs = env.unsqueeze(1)
+        rewards = self.reward[rows, envs]
+        ends = (self.terminated[rows, envs] | self.truncated[rows, envs]).int()
+        steps_ahead = (self.pos - 1 - row) % self.horizon  # newest stored row is reachable
+        within = self._steps.unsqueeze(0) <= steps_ahead.unsqueeze(1)
+        before_end = (ends.cumsum(1) - ends) == 0  # no episode end strictly before step k
+        included = within & before_end
+        count = included.sum(1)  # >= 1: step 0 is always included
+        reward = (rewards * self._gamma_powers * included).sum(1)
+        last = rows.gather(1, (count - 1).unsqueeze(1)).squeeze(1)
+        discount = self.gamma ** count.float() * (~self.terminated[last, env]).float()
+        return reward, discount, last
+
+    def _storage(self) -> dict[str, torch.Tensor]:
+        named = {f"obs.{k}": v for k, v in self.obs.items()}
+        named.update({f"next_obs.{k}": v for k, v in self.next_obs.items()})
+        named.update(action=self.action, reward=self.reward, terminated=self.terminated, truncated=self.truncated)
+        return named
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The filled rows only, as tensors (safetensors-ready); counters are 0-dim tensors."""
+        filled = self.rows_filled
+        state = {name: t[:filled] for name, t in self._storage().items()}
+        state.update(pos=torch.tensor(self.pos), full=torch.tensor(self.full), horizon=torch.tensor(self.horizon))
+        return state
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        for name in ("pos", "full", "horizon"):
+            if name not in state:
+                raise KeyError(f"replay state lacks {name!r}")
+        if int(state["horizon"]) != self.horizon:
+            raise ValueError(
+                f"replay state was saved with {int(state['horizon'])} rows per env, this buffer has "
+                f"{self.horizon} (replay_capacity or num_envs changed?)"
+            )
+        pos, full = int(state["pos"]), bool(state["full"])
+        filled = self.horizon if full else pos
+        for name, target in self._storage().items():
+            if name not in state:
+                raise KeyError(f"replay state lacks {name!r}")
+            if tuple(state[name].shape) != (filled, *target.shape[1:]):
+                raise ValueError(
+                    f"replay state {name!r} has shape {list(state[name].shape)}, expected {[filled, *target.shape[1:]]}"
+                )
+            target[:filled].copy_(state[name])
+        self.pos, self.full = pos, full

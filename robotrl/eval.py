@@ -1,0 +1,68 @@
+"""`robotrl-eval run=<run dir> episodes=N`: evaluate a run's latest checkpoint.
+
+Prints mean return (and success rate where the task defines success) and writes a video of the first
+episode under <run dir>/eval/<time>/.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from robotrl.config import EvalConfig, register_configs, to_train_config
+
+log = logging.getLogger(__name__)
+register_configs()
+
+
+def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
+    from robotrl.agents import make_agent
+    from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
+    from robotrl.runtime.evaluate import evaluate
+    from robotrl.runtime.loop import resolve_device
+    from robotrl.tasks import make_env
+
+    if cfg.episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {cfg.episodes}")
+    run_dir = Path(cfg.run)
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():
+        raise FileNotFoundError(f"run={cfg.run!r}: {config_path} does not exist (not a robotrl run directory?)")
+    train_cfg = to_train_config(OmegaConf.load(config_path))
+    env = make_env(train_cfg.task, num_envs=1, render=cfg.video)
+    agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, resolve_device(cfg.device))
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
+    agent.eval()
+    result = evaluate(
+        agent,
+        env,
+        cfg.episodes,
+        seed=cfg.seed,
+        video_path=out_dir / "eval.mp4" if cfg.video else None,
+        deterministic=cfg.deterministic,
+    )
+    env.close()
+    result = {"checkpoint": ckpt.name, "episodes": cfg.episodes, **result}
+    (out_dir / "eval.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+@hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="eval")
+def _hydra_main(cfg: DictConfig) -> None:
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    result = run(OmegaConf.to_object(cfg), out_dir)
+    print(json.dumps(result))
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

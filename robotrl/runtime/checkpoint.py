@@ -1,0 +1,179 @@
+"""Atomic checkpoints of the whole training state, as safetensors plus JSON (nothing pickled).
+
+A checkpoint is a directory `checkpoints/step_<N>/`, written under a temporary name, fsynced and
+renamed; the `checkpoints/latest` pointer is then replaced atomically. A process killed at any moment
+therefore leaves `latest` naming a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from robotrl.agents.base import Agent
+from robotrl.data.replay import ReplayBuffer
+
+LATEST = "latest"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    with path.open("w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
+
+
+def _optimizer_state(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    state = opt.state_dict()
+    tensors, scalars = {}, {}
+    for param_id, slots in state["state"].items():
+        for slot, value in slots.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{param_id}.{slot}"] = value
+            else:
+                scalars[f"{param_id}.{slot}"] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def _load_optimizer_state(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        param_id, slot = key.split(".", 1)
+        state.setdefault(int(param_id), {})[slot] = value
+    for key, value in meta["scalars"].items():
+        param_id, slot = key.split(".", 1)
+        state.setdefault(int(param_id), {})[slot] = value
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda.{i}"] = s
+    np_state = np.random.get_state()  # noqa: NPY002  (the global RNG third-party code may use)
+    meta = {
+        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+        "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+    }
+    return tensors, meta
+
+
+def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    torch.set_rng_state(tensors["torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    kind, keys, *rest = meta["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))  # noqa: NPY002
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def _check_finite(agent: Agent) -> None:
+    for name, tensor in agent.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise FloatingPointError(f"agent parameter {name!r} is not finite; refusing to checkpoint it")
+
+
+def save_checkpoint(
+    ckpt_root: Path,
+    step: int,
+    agent: Agent,
+    replay: ReplayBuffer | None,
+    counters: dict[str, Any],
+    keep: int = 2,
+) -> Path:
+    """Write the checkpoint for `step` and point `latest` at it; returns its directory."""
+    _check_finite(agent)
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    final = ckpt_root / f"step_{step:09d}"
+    tmp = ckpt_root / f".tmp_step_{step:09d}_{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+
+    _save_tensors(tmp / "agent.safetensors", agent.state_dict())
+    optim_meta = {}
+    for name, opt in agent.optimizers().items():
+        tensors, meta = _optimizer_state(opt)
+        _save_tensors(tmp / f"optim_{name}.safetensors", tensors)
+        optim_meta[name] = meta
+    if replay is not None:
+        _save_tensors(tmp / "replay.safetensors", replay.state_dict())
+    rng_tensors, rng_meta = _rng_state()
+    _save_tensors(tmp / "rng.safetensors", rng_tensors)
+    _write_json(
+        tmp / "state.json",
+        {
+            "step": step,
+            "counters": counters,
+            "optimizers": optim_meta,
+            "rng": rng_meta,
+            "has_replay": replay is not None,
+        },
+    )
+    _fsync_dir(tmp)
+
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    pointer_tmp = ckpt_root / f".{LATEST}.{os.getpid()}"
+    pointer_tmp.write_text(final.name)
+    with pointer_tmp.open("rb") as f:
+        os.fsync(f.fileno())
+    os.replace(pointer_tmp, ckpt_root / LATEST)
+    _fsync_dir(ckpt_root)
+
+    older = sorted(p for p in ckpt_root.glob("step_*") if p.name < final.name)
+    for old in older[: max(len(older) - (keep - 1), 0)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path:
+    pointer = ckpt_root / LATEST
+    if not pointer.exists():
+        raise FileNotFoundError(f"no checkpoint in {ckpt_root} (missing {pointer})")
+    path = ckpt_root / pointer.read_text().strip()
+    if not (path / "state.json").exists():
+        raise FileNotFoundError(f"checkpoint {path} named by {pointer} is incomplete or missing")
+    return path
+
+
+def load_checkpoint(
+    path: Path, agent: Agent, replay: ReplayBuffer | None = None, restore_rng: bool = True
+) -> dict[str, Any]:
+    """Restore agent (+ optimizers), optionally the replay buffer and RNGs; returns the saved counters."""
+    state = json.loads((path / "state.json").read_text())
+    agent.load_state_dict(load_file(str(path / "agent.safetensors"), device=str(agent.device)))
+    for name, opt in agent.optimizers().items():
+        tensors = load_file(str(path / f"optim_{name}.safetensors"), device=str(agent.device))
+        _load_optimizer_state(opt, tensors, state["optimizers"][name])
+    if replay is not None:
+        if not state["has_replay"]:
+            raise FileNotFoundError(f"checkpoint {path} holds no replay buffer (checkpoint_replay was off)")
+        replay.load_state_dict(load_file(str(path / "replay.safetensors"), device=str(replay.device)))
+    if restore_rng:
+        _set_rng_state(load_file(str(path / "rng.safetensors")), state["rng"])
+    return state["counters"]

@@ -1,0 +1,47 @@
+"""The environment contract the training loop, evaluation and actors are written against.
+
+Every env is batched (`num_envs` leading dimension), speaks torch tensors, takes actions in [-1, 1]
+and resets finished episodes itself: `step` returns the true last observation of a finished episode in
+`next_obs` (what the replay buffer needs) and the first observation of the new one in `obs` (what the
+policy acts on next). Implementations live in robotrl.tasks; nothing here imports a simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from robotrl.data.spec import ObsSpec
+
+Obs = dict[str, torch.Tensor]
+
+
+@dataclass
+class StepResult:
+    obs: Obs  # observation to act on next (reset observation where an episode ended)
+    next_obs: Obs  # observation reached by this step (final observation where an episode ended)
+    reward: torch.Tensor  # [E] float32
+    terminated: torch.Tensor  # [E] bool
+    truncated: torch.Tensor  # [E] bool
+    success: torch.Tensor  # [E] bool, the task's success criterion at this step
+
+
+class VecEnv(Protocol):
+    name: str
+    num_envs: int
+    obs_spec: ObsSpec
+    action_dim: int
+    has_success: bool  # whether `success` means anything for this task
+
+    def reset(self, seed: int | None = None) -> Obs: ...
+
+    def step(self, action: torch.Tensor) -> StepResult: ...
+
+    def render(self) -> np.ndarray:
+        """An RGB frame (H, W, 3) uint8 of the first env, for videos."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,77 @@
+"""Deterministic evaluation episodes, with an optional video of the first one."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from robotrl.agents.base import Agent
+from robotrl.runtime.env import VecEnv
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(
+    agent: Agent,
+    env: VecEnv,
+    episodes: int,
+    seed: int,
+    video_path: Path | None = None,
+    deterministic: bool = True,
+    fps: int = 30,
+) -> dict[str, float]:
+    """Run `episodes` full episodes on `env` (one env: episodes run in turn) and average them."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if env.num_envs != 1:
+        raise ValueError(f"evaluation runs on a single env, got num_envs={env.num_envs}")
+    returns, lengths, successes = [], [], []
+    frames: list[np.ndarray] = []
+    recording = video_path is not None
+    obs = env.reset(seed=seed)
+    device = agent.device
+    while len(returns) < episodes:
+        ep_return, ep_len, ep_success = 0.0, 0, False
+        while True:
+            if recording:
+                recording = _grab(env, frames)
+            action = agent.act({k: v.to(device) for k, v in obs.items()}, deterministic=deterministic)
+            result = env.step(action.cpu())
+            ep_return += float(result.reward[0])
+            ep_len += 1
+            ep_success = ep_success or bool(result.success[0])
+            obs = result.obs
+            if bool(result.terminated[0] | result.truncated[0]):
+                break
+        if recording:
+            recording = False  # only the first episode is filmed
+        returns.append(ep_return)
+        lengths.append(ep_len)
+        successes.append(ep_success)
+    if video_path is not None and frames:
+        write_video(video_path, frames, fps)
+    out = {"return": float(np.mean(returns)), "return_std": float(np.std(returns)), "length": float(np.mean(lengths))}
+    if env.has_success:
+        out["success"] = float(np.mean(successes))
+    return out
+
+
+def _grab(env: VecEnv, frames: list[np.ndarray]) -> bool:
+    try:
+        frames.append(env.render())
+        return True
+    except Exception as err:  # a missing GL backend must not cost the user their evaluation
+        log.warning("video skipped: rendering failed (%s). Headless machines need MUJOCO_GL=egl or osmesa.", err)
+        frames.clear()
+        return False
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with imageio.get_writer(str(path), fps=fps, codec="libx264", macro_block_size=1) as writer:
+        for frame in frames:
+            writer.append_data(frame)

@@ -1,0 +1,200 @@
+"""The single-process training loop: env -> agent.act -> replay -> agent.update, with logging,
+evaluation, checkpoints and resume. Every arrow of the data flow is one line in `train`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.agents import make_agent
+from robotrl.config import TrainConfig
+from robotrl.data.replay import ReplayBuffer
+from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robotrl.runtime.evaluate import evaluate
+from robotrl.runtime.metrics import MetricsWriter, UpdateMetrics
+from robotrl.runtime.plot import plot_learning_curve
+from robotrl.runtime.progress import Progress
+from robotrl.tasks import make_env
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} but no CUDA device is available")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002  (seeds code outside robotrl that uses it)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class EpisodeStats:
+    """Running returns of the envs' current episodes and the finished ones since the last log."""
+
+    num_envs: int
+    returns: torch.Tensor = field(init=False)
+    lengths: torch.Tensor = field(init=False)
+    successes: torch.Tensor = field(init=False)
+    finished: list[tuple[float, int, bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.returns = torch.zeros(self.num_envs)
+        self.lengths = torch.zeros(self.num_envs, dtype=torch.long)
+        self.successes = torch.zeros(self.num_envs, dtype=torch.bool)
+
+    def record(self, reward: torch.Tensor, success: torch.Tensor, done: torch.Tensor) -> int:
+        """Account one step; returns how many episodes ended."""
+        self.returns += reward
+        self.lengths += 1
+        self.successes |= success
+        if not done.any():
+            return 0
+        for i in done.nonzero().flatten().tolist():
+            self.finished.append((float(self.returns[i]), int(self.lengths[i]), bool(self.successes[i])))
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        self.successes[done] = False
+        return int(done.sum())
+
+    def flush(self, has_success: bool) -> dict[str, float]:
+        if not self.finished:
+            return {}
+        rets, lens, succ = zip(*self.finished, strict=True)
+        self.finished.clear()
+        out = {"train/episode_return": float(np.mean(rets)), "train/episode_length": float(np.mean(lens))}
+        if has_success:
+            out["train/success"] = float(np.mean(succ))
+        return out
+
+
+def _crossed(before: int, after: int, interval: int) -> bool:
+    return after // interval > before // interval
+
+
+def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, float]:
+    """Train `cfg.agent` on `cfg.task`, writing everything under `run_dir`; returns the final evaluation."""
+    cfg.validate()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    device = resolve_device(cfg.device)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_root = run_dir / "checkpoints"
+
+    env = make_env(cfg.task, num_envs=cfg.num_envs)
+    agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
+    replay = ReplayBuffer(
+        env.obs_spec,
+        env.action_dim,
+        cfg.replay_capacity,
+        cfg.num_envs,
+        n_step=cfg.agent.n_step,
+        gamma=cfg.agent.gamma,
+        device=device,
+    )
+    counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
+    if resume:
+        path = latest_checkpoint(ckpt_root)
+        counters.update(load_checkpoint(path, agent, replay if cfg.checkpoint_replay else None))
+        agent.num_updates = counters["updates"]
+        log.info("resumed from %s at env step %d", path, counters["env_step"])
+
+    writer = MetricsWriter(run_dir, resume_step=counters["env_step"] if resume else None)
+    update_metrics = UpdateMetrics()
+    episodes = EpisodeStats(cfg.num_envs)
+    progress = Progress(cfg.total_steps, counters["env_step"], enabled=cfg.progress)
+    eval_env = None
+    final_eval: dict[str, float] = {}
+
+    def run_eval(step: int, video: bool) -> dict[str, float]:
+        nonlocal eval_env
+        if eval_env is None:
+            eval_env = make_env(cfg.task, num_envs=1, render=cfg.video)
+        video_path = run_dir / "videos" / f"eval_step_{step:09d}.mp4" if video and cfg.video else None
+        result = evaluate(agent, eval_env, cfg.eval_episodes, seed=cfg.seed + 10_000 + step, video_path=video_path)
+        counters["evals"] += 1
+        writer.write(step, {f"eval/{k}": v for k, v in result.items()})
+        progress.show_eval(result)
+        plot_learning_curve(writer.csv_path, run_dir / "learning_curve.png", title=f"{env.name} {cfg.agent.name}")
+        return result
+
+    def checkpoint(step: int) -> None:
+        writer.write(step, update_metrics.flush(step))  # raises on a non-finite loss: nothing is saved
+        save_checkpoint(
+            ckpt_root, step, agent, replay if cfg.checkpoint_replay else None, dict(counters), keep=cfg.keep_checkpoints
+        )
+
+    step = counters["env_step"]
+    obs = env.reset(seed=cfg.seed + step)
+    first_add = True
+    last_log_time, last_log_step = time.perf_counter(), step
+    try:
+        while step < cfg.total_steps:
+            if step < cfg.learning_starts:
+                action = torch.rand(cfg.num_envs, env.action_dim) * 2.0 - 1.0
+            else:
+                action = agent.act({k: v.to(device) for k, v in obs.items()}).cpu()
+            result = env.step(action)
+            if first_add:
+                replay.check_step(result.next_obs, action)
+                first_add = False
+            replay.add(obs, action, result.reward, result.next_obs, result.terminated, result.truncated)
+            obs = result.obs
+            counters["episodes"] += episodes.record(result.reward, result.success, result.terminated | result.truncated)
+            prev, step = step, step + cfg.num_envs
+            counters["env_step"] = step
+
+            if step >= cfg.learning_starts:
+                for _ in range(cfg.agent.utd_ratio * cfg.num_envs):
+                    update_metrics.add(agent.update(replay.sample(cfg.agent.batch_size)))
+                counters["updates"] = agent.num_updates
+
+            progress.advance(step - prev)
+            if _crossed(prev, step, cfg.log_interval):
+                now = time.perf_counter()
+                scalars = update_metrics.flush(step)
+                scalars.update(episodes.flush(env.has_success))
+                scalars["time/env_steps_per_s"] = (step - last_log_step) / max(now - last_log_time, 1e-9)
+                last_log_time, last_log_step = now, step
+                writer.write(step, scalars)
+                progress.show_train(scalars)
+            if _crossed(prev, step, cfg.eval_interval) and step < cfg.total_steps:
+                run_eval(step, video=False)
+            if _crossed(prev, step, cfg.checkpoint_interval) and step < cfg.total_steps:
+                checkpoint(step)
+    except KeyboardInterrupt:
+        log.warning("interrupted at env step %d; saving a checkpoint to resume from", step)
+        checkpoint(step)
+        raise
+    finally:
+        progress.close()
+
+    checkpoint(step)
+    final_eval = run_eval(step, video=True)
+    summary = {
+        "env_steps": step,
+        "episodes": counters["episodes"],
+        "updates": counters["updates"],
+        **{f"eval/{k}": v for k, v in final_eval.items()},
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    writer.close()
+    env.close()
+    if eval_env is not None:
+        eval_env.close()
+    return summary

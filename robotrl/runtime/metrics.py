@@ -1,0 +1,87 @@
+"""Metric accumulation without device syncs, and writers for CSV and TensorBoard."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss or statistic became NaN or infinite; the run stops before any checkpoint can take it."""
+
+
+class UpdateMetrics:
+    """Sums 0-dim metric tensors across updates; `flush` turns them into floats once per log period."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, torch.Tensor] = {}
+        self._count = 0
+
+    def add(self, metrics: Mapping[str, torch.Tensor]) -> None:
+        for key, value in metrics.items():
+            if key in self._sums:
+                self._sums[key] += value
+            else:
+                self._sums[key] = value.detach().clone().float()
+        self._count += 1
+
+    def flush(self, step: int) -> dict[str, float]:
+        """Means since the last flush; raises NonFiniteError naming the first non-finite metric."""
+        if not self._count:
+            return {}
+        means = {key: float(total) / self._count for key, total in self._sums.items()}
+        self._sums.clear()
+        self._count = 0
+        for key, value in means.items():
+            if not math.isfinite(value):
+                raise NonFiniteError(f"{key} became {value} by env step {step}; the last checkpoint is kept")
+        return means
+
+
+class MetricsWriter:
+    """Appends scalars to metrics.csv (long format: step,key,value) and TensorBoard event files."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None):
+        self.csv_path = run_dir / "metrics.csv"
+        if resume_step is not None and self.csv_path.exists():
+            _truncate_after(self.csv_path, resume_step)
+        new_file = not self.csv_path.exists()
+        self._csv_file = self.csv_path.open("a", newline="")
+        self._csv = csv.writer(self._csv_file)
+        if new_file:
+            self._csv.writerow(["step", "key", "value"])
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=resume_step)
+
+    def write(self, step: int, scalars: Mapping[str, float]) -> None:
+        for key, value in scalars.items():
+            self._csv.writerow([step, key, f"{value:.6g}"])
+            self._tb.add_scalar(key, value, step)
+        self._csv_file.flush()
+
+    def close(self) -> None:
+        self._csv_file.close()
+        self._tb.close()
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """Drop rows logged after `step` (written by a run that died after its last checkpoint)."""
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    kept = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step]
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows(kept)
+
+
+def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """metrics.csv as {key: [(step, value), ...]}."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            series.setdefault(row["key"], []).append((int(row["step"]), float(row["value"])))
+    return series

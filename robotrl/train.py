@@ -1,0 +1,81 @@
+"""`robotrl-train`: Hydra entry point for training.
+
+robotrl-train agent=sac task=gym task.env_id=HalfCheetah-v5 seed=1 total_steps=100000
+robotrl-train -m seed=1,2,3                       # a sweep, one run directory each
+robotrl-train resume=runs/.../<run> [total_steps=...]   # continue a run where it stopped
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from robotrl.config import register_configs, to_train_config, typed_train_config
+
+log = logging.getLogger(__name__)
+register_configs()
+
+# Keys whose change on resume would make the continued run a different experiment.
+_FIXED_ON_RESUME = ("agent", "task", "seed", "num_envs", "replay_capacity")
+
+
+def _resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """The saved config of the run to resume, with this command line's scalar overrides applied."""
+    run_dir = Path(cfg.resume)
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.exists():
+        raise FileNotFoundError(f"resume={cfg.resume!r}: {saved_path} does not exist (not a robotrl run directory?)")
+    saved = typed_train_config(OmegaConf.load(saved_path))
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == "resume":
+            continue
+        if key.split(".")[0] in _FIXED_ON_RESUME:
+            if key in ("agent", "task") and value == saved[key].name:
+                continue
+            raise ValueError(f"cannot change {key!r} when resuming {run_dir}; start a new run instead")
+        saved.merge_with(OmegaConf.from_dotlist([f"{key}={value}"]))
+    saved.resume = str(run_dir)
+    return saved
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    from robotrl.runtime.loop import train
+
+    if cfg.resume:
+        cfg = _resume_config(cfg, list(HydraConfig.get().overrides.task))
+        run_dir = Path(cfg.resume)
+    else:
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+    train_cfg = to_train_config(cfg)
+    if not cfg.resume:
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    log.info("run directory: %s", run_dir.resolve())
+    return train(train_cfg, run_dir, resume=bool(cfg.resume))
+
+
+@hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+def _route_resume_to_its_run_dir(argv: list[str]) -> list[str]:
+    """`resume=DIR` continues in DIR, so Hydra's own output for this invocation goes there too."""
+    for arg in argv[1:]:
+        if arg.startswith("resume=") and arg != "resume=null":
+            return [*argv, f"hydra.run.dir={arg.split('=', 1)[1]}"]
+    return argv
+
+
+def main() -> None:
+    sys.argv = _route_resume_to_its_run_dir(sys.argv)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
