@@ -92,6 +92,8 @@ class GymVecEnv:
             expected = self.obs_spec[key].shape[0]
             if arr.size != expected:
                 raise ValueError(f"{self.name}: observation[{key!r}] has {arr.size} values, expected {expected}")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"{self.name}: observation[{key!r}] is not finite: {arr.tolist()}")
             out[key] = arr
         return out
 
@@ -135,6 +137,8 @@ class GymVecEnv:
             raw, r, term, trunc, info = env.step(act[i].reshape(self._action_shape))
             arrays = self._obs_to_arrays(raw)
             next_obs.append(arrays)
+            if not np.isfinite(r):
+                raise ValueError(f"{self.name}: env {i} returned a non-finite reward {r}")
             reward[i], terminated[i], truncated[i] = r, term, trunc
             success[i] = self._success(info)
             if term or trunc:

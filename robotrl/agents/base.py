@@ -7,8 +7,9 @@ An agent owns its networks and optimizers, acts on batched observation dicts wit
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -44,3 +45,25 @@ def make_adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except (RuntimeError, TypeError):
         return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bf16 matrices natively (CPU: AVX512-BF16/AMX; CUDA: Ampere or newer)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
+def mixed_precision(precision: str, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory of the autocast context for `precision` (fp32 | bf16 | auto) on `device`."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    use_bf16 = precision == "bf16" or (precision == "auto" and native_bf16(device))
+    if not use_bf16:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from robotrl.agents.base import Agent, make_adam
+from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs
 from robotrl.nn import EnsembleMLP, StateEncoder, TanhNormal, mlp
@@ -36,6 +36,9 @@ class SACConfig:
     target_entropy: float | None = None  # None: -action_dim
     log_std_min: float = -5.0
     log_std_max: float = 2.0
+    # Matmul precision of the hidden layers: fp32, bf16 (mixed precision: fp32 weights, optimizer and
+    # output heads), or auto (bf16 where the device computes it natively, else fp32).
+    precision: str = "fp32"
 
     def validate(self) -> None:
         positive = ("num_critics", "n_step", "batch_size", "utd_ratio", "actor_update_interval")
@@ -49,6 +52,8 @@ class SACConfig:
             raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not self.log_std_min < self.log_std_max:
             raise ValueError(
                 f"agent.log_std_min ({self.log_std_min}) must be below agent.log_std_max ({self.log_std_max})"
@@ -91,6 +96,7 @@ class SAC(Agent):
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.target_critic.parameters())
         self.num_updates = 0
+        self._autocast = mixed_precision(cfg.precision, dev)
         self._last_actor_metrics: dict[str, torch.Tensor] = {}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -102,7 +108,8 @@ class SAC(Agent):
     @torch.no_grad()
     def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         check_obs(self.obs_spec, obs)
-        dist = self.actor(self.encoder(obs))
+        with self._autocast():
+            dist = self.actor(self.encoder(obs))
         if deterministic:
             return dist.mode
         return dist.rsample_with_log_prob()[0]
@@ -111,6 +118,10 @@ class SAC(Agent):
         return critic(torch.cat([features, action], dim=-1))  # [N, B, 1]
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        with self._autocast():
+            return self._update(batch)
+
+    def _update(self, batch: Batch) -> dict[str, torch.Tensor]:
         features = self.encoder(batch.obs)
         alpha = self.log_alpha.detach().exp()
         metrics = self._update_critic(features, batch, alpha)

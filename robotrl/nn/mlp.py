@@ -13,18 +13,39 @@ import torch
 from torch import nn
 
 
-def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
-    """ReLU MLP; with `layer_norm`, each hidden layer is Linear -> LayerNorm -> ReLU."""
-    layers: list[nn.Module] = []
-    last = in_dim
-    for width in hidden:
-        layers.append(nn.Linear(last, width))
-        if layer_norm:
-            layers.append(nn.LayerNorm(width))
-        layers.append(nn.ReLU())
-        last = width
-    layers.append(nn.Linear(last, out_dim))
-    return nn.Sequential(*layers)
+def full_precision(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Apply `layer` in float32 even inside an autocast region.
+
+    Output heads (Q-values, action means) stay in float32 under bf16 mixed precision: a bf16 Q of 500
+    is only resolved to +-2, coarser than the TD errors it must learn from. The heads are a tiny share of
+    the FLOPs, so this costs nothing measurable.
+    """
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return layer(x.float())
+
+
+class MLP(nn.Module):
+    """ReLU MLP with a float32 output layer; with `layer_norm`, hidden layers are Linear-LayerNorm-ReLU."""
+
+    def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False):
+        super().__init__()
+        layers: list[nn.Module] = []
+        last = in_dim
+        for width in hidden:
+            layers.append(nn.Linear(last, width))
+            if layer_norm:
+                layers.append(nn.LayerNorm(width))
+            layers.append(nn.ReLU())
+            last = width
+        self.hidden = nn.Sequential(*layers)
+        self.head = nn.Linear(last, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return full_precision(self.head, self.hidden(x))
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> MLP:
+    return MLP(in_dim, hidden, out_dim, layer_norm)
 
 
 class EnsembleLinear(nn.Module):
@@ -67,9 +88,9 @@ class EnsembleMLP(nn.Module):
                 layers.append(nn.LayerNorm(width))  # shared affine across members, as in DroQ/RLPD
             layers.append(nn.ReLU())
             last = width
-        layers.append(EnsembleLinear(num_members, last, out_dim))
-        self.layers = nn.Sequential(*layers)
+        self.hidden = nn.Sequential(*layers)
+        self.head = EnsembleLinear(num_members, last, out_dim)
         self.num_members = num_members
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        return full_precision(self.head, self.hidden(x))

@@ -19,7 +19,7 @@ from robotrl.config import TrainConfig
 from robotrl.data.replay import ReplayBuffer
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.evaluate import evaluate
-from robotrl.runtime.metrics import MetricsWriter, UpdateMetrics
+from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
 from robotrl.tasks import make_env
@@ -149,6 +149,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 action = torch.rand(cfg.num_envs, env.action_dim) * 2.0 - 1.0
             else:
                 action = agent.act({k: v.to(device) for k, v in obs.items()}).cpu()
+                if not torch.isfinite(action).all():
+                    update_metrics.flush(step)  # names the loss that diverged, if one did
+                    raise NonFiniteError(f"the policy produced a non-finite action at env step {step}")
             result = env.step(action)
             if first_add:
                 replay.check_step(result.next_obs, action)
@@ -159,7 +162,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             prev, step = step, step + cfg.num_envs
             counters["env_step"] = step
 
-            if step >= cfg.learning_starts:
+            if step > cfg.learning_starts:
                 for _ in range(cfg.agent.utd_ratio * cfg.num_envs):
                     update_metrics.add(agent.update(replay.sample(cfg.agent.batch_size)))
                 counters["updates"] = agent.num_updates

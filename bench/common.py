@@ -1,0 +1,45 @@
+"""Shared pieces of the benchmarks: argument parsing, thread pinning, the one JSON line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def parse_args(description: str, extra=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a smaller run (about a minute), same JSON keys")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads for both sides")
+    parser.add_argument("--save", action="store_true", help="also append the JSON line to bench/results/")
+    if extra:
+        extra(parser)
+    args = parser.parse_args()
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    return args
+
+
+def emit(name: str, figures: dict, save: bool) -> None:
+    """Print the benchmark's JSON line last; with --save, append it to bench/results/<name>.jsonl."""
+    figures = {
+        **figures,
+        "bench": name,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "host": platform.node(),
+        "python": sys.version.split()[0],
+    }
+    line = json.dumps(figures, sort_keys=False)
+    if save:
+        RESULTS.mkdir(exist_ok=True)
+        with (RESULTS / f"{name}.jsonl").open("a") as f:
+            f.write(line + "\n")
+    print(line, flush=True)

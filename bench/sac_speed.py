@@ -1,0 +1,132 @@
+"""SAC speed against stable-baselines3, measured in the same process on the same threads.
+
+Figures:
+  robotrl_updates_per_s / sb3_updates_per_s: gradient updates per second (batch 256, 2x256 MLPs) for
+      the observation/action sizes of each env; `ratio` is the smallest of the per-env ratios.
+  loop_ratio: whole training loop (env step + one update per step) env steps/s, HalfCheetah-v5,
+      robotrl's `train` over SB3's `learn()`.
+Goals on 2 CPU threads: ratio >= 4, loop_ratio >= 3.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit, parse_args
+
+SIZES = {"Pendulum-v1": (3, 1), "HalfCheetah-v5": (17, 6)}
+
+
+def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: str) -> float:
+    import torch
+
+    from robotrl.agents import SAC, SACConfig
+    from robotrl.data import ReplayBuffer, TensorSpec
+
+    spec = {"state": TensorSpec((obs_dim,))}
+    agent = SAC(SACConfig(batch_size=256, precision=precision), spec, act_dim)
+    replay = ReplayBuffer(spec, act_dim, capacity=20_000)
+    for _ in range(10_000):
+        o = {"state": torch.randn(1, obs_dim)}
+        replay.add(
+            o,
+            torch.rand(1, act_dim) * 2 - 1,
+            torch.randn(1),
+            o,
+            torch.zeros(1, dtype=torch.bool),
+            torch.zeros(1, dtype=torch.bool),
+        )
+    for _ in range(30):
+        agent.update(replay.sample(256))
+    start = time.perf_counter()
+    for _ in range(updates):
+        agent.update(replay.sample(256))
+    return updates / (time.perf_counter() - start)
+
+
+def sb3_updates_per_s(env_id: str, updates: int) -> float:
+    import gymnasium as gym
+    from stable_baselines3 import SAC as SB3SAC
+
+    model = SB3SAC("MlpPolicy", gym.make(env_id), batch_size=256, learning_starts=0, device="cpu", verbose=0)
+    model.learn(1_000)
+    model.train(gradient_steps=30, batch_size=256)
+    start = time.perf_counter()
+    model.train(gradient_steps=updates, batch_size=256)
+    return updates / (time.perf_counter() - start)
+
+
+def robotrl_loop_steps_per_s(env_id: str, warmup: int, steps: int, precision: str) -> float:
+    from robotrl.tasks.configs import GymTaskConfig
+
+    from robotrl.agents import SACConfig
+    from robotrl.config import TrainConfig
+    from robotrl.runtime.loop import train
+    from robotrl.runtime.metrics import read_metrics
+
+    cfg = TrainConfig(
+        agent=SACConfig(precision=precision),
+        task=GymTaskConfig(env_id=env_id),
+        total_steps=warmup + steps,
+        learning_starts=warmup,
+        log_interval=warmup,
+        eval_interval=10**9,
+        eval_episodes=1,
+        checkpoint_interval=10**9,
+        checkpoint_replay=False,
+        video=False,
+        progress=False,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        train(cfg, Path(tmp))
+        rates = [v for s, v in read_metrics(Path(tmp) / "metrics.csv")["time/env_steps_per_s"] if s > warmup]
+    return sum(rates) / len(rates)
+
+
+def sb3_loop_steps_per_s(env_id: str, warmup: int, steps: int) -> float:
+    import gymnasium as gym
+    from stable_baselines3 import SAC as SB3SAC
+
+    model = SB3SAC("MlpPolicy", gym.make(env_id), batch_size=256, learning_starts=warmup, device="cpu", verbose=0)
+    model.learn(warmup)
+    start = time.perf_counter()
+    model.learn(steps, reset_num_timesteps=False)
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    args = parse_args(__doc__, lambda p: p.add_argument("--precision", default="auto"))
+    updates = 150 if args.quick else 2_000
+    warmup, steps = (500, 500) if args.quick else (2_000, 6_000)
+    figures: dict = {"precision": args.precision, "threads": args.threads, "updates_timed": updates}
+    ratios = []
+    for env_id, (obs_dim, act_dim) in SIZES.items():
+        ours = robotrl_updates_per_s(obs_dim, act_dim, updates, args.precision)
+        theirs = sb3_updates_per_s(env_id, updates)
+        figures[env_id] = {
+            "robotrl_updates_per_s": round(ours, 1),
+            "sb3_updates_per_s": round(theirs, 1),
+            "ratio": round(ours / theirs, 2),
+        }
+        ratios.append(ours / theirs)
+    slowest = min(SIZES, key=lambda e: figures[e]["ratio"])
+    figures["robotrl_updates_per_s"] = figures[slowest]["robotrl_updates_per_s"]
+    figures["sb3_updates_per_s"] = figures[slowest]["sb3_updates_per_s"]
+    figures["ratio"] = round(min(ratios), 2)
+
+    ours = robotrl_loop_steps_per_s("HalfCheetah-v5", warmup, steps, args.precision)
+    theirs = sb3_loop_steps_per_s("HalfCheetah-v5", warmup, steps)
+    figures.update(
+        robotrl_loop_steps_per_s=round(ours, 1),
+        sb3_loop_steps_per_s=round(theirs, 1),
+        loop_ratio=round(ours / theirs, 2),
+    )
+    emit("sac_speed", figures, args.save)
+
+
+if __name__ == "__main__":
+    main()

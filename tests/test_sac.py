@@ -1,0 +1,144 @@
+import math
+
+import pytest
+import torch
+
+from robotrl.agents import SAC, SACConfig, make_agent
+from robotrl.data import Batch, TensorSpec
+from robotrl.nn import EnsembleMLP, TanhNormal
+
+SPEC = {"state": TensorSpec((5,)), "goal": TensorSpec((3,))}
+
+
+def _batch(n=32, act=2):
+    obs = {"state": torch.randn(n, 5), "goal": torch.randn(n, 3)}
+    nxt = {"state": torch.randn(n, 5), "goal": torch.randn(n, 3)}
+    return Batch(obs, torch.rand(n, act) * 2 - 1, torch.randn(n, 1), torch.full((n, 1), 0.99), nxt)
+
+
+def test_act_shapes_bounds_and_determinism():
+    agent = SAC(SACConfig(), SPEC, 2)
+    obs = {"state": torch.randn(7, 5), "goal": torch.randn(7, 3)}
+    a = agent.act(obs)
+    assert a.shape == (7, 2) and a.abs().max() < 1
+    assert torch.equal(agent.act(obs, deterministic=True), agent.act(obs, deterministic=True))
+    assert not torch.equal(agent.act(obs), agent.act(obs))
+
+
+def test_act_rejects_an_observation_of_the_wrong_shape():
+    agent = SAC(SACConfig(), SPEC, 2)
+    with pytest.raises(ValueError, match=r"observation\['goal'\].*\[3\]"):
+        agent.act({"state": torch.randn(1, 5), "goal": torch.randn(1, 4)})
+
+
+def test_ensemble_equals_independent_linear_stacks():
+    ens = EnsembleMLP(3, 4, [8, 8], 1)
+    x = torch.randn(10, 4)
+    out = ens(x)
+    assert out.shape == (3, 10, 1)
+    for m in range(3):
+        h = x
+        layers = [ens.hidden[0], ens.hidden[2], ens.head]
+        for i, layer in enumerate(layers):
+            h = h @ layer.weight[m] + layer.bias[m, 0]
+            if i < 2:
+                h = h.relu()
+        torch.testing.assert_close(out[m], h)
+
+
+def test_tanh_normal_log_prob_matches_torch_transformed_distribution():
+    mean, log_std = torch.randn(64, 3), torch.randn(64, 3) * 0.5
+    dist = TanhNormal(mean, log_std)
+    action, log_prob = dist.rsample_with_log_prob()
+    ref = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()), [torch.distributions.TanhTransform(cache_size=1)]
+    )
+    torch.testing.assert_close(log_prob.squeeze(-1), ref.log_prob(action).sum(-1), rtol=1e-4, atol=1e-4)
+
+
+def test_update_changes_critic_and_polyak_moves_target_by_tau():
+    cfg = SACConfig(tau=0.1)
+    agent = SAC(cfg, SPEC, 2)
+    target_before = [p.clone() for p in agent.target_critic.parameters()]
+    metrics = agent.update(_batch())
+    assert {"critic_loss", "actor_loss", "alpha", "entropy", "q_mean"} <= set(metrics)
+    assert all(v.dim() == 0 for v in metrics.values())
+    for before, target, online in zip(
+        target_before, agent.target_critic.parameters(), agent.critic.parameters(), strict=True
+    ):
+        torch.testing.assert_close(target, before + 0.1 * (online - before))
+    assert not any(p.requires_grad for p in agent.target_critic.parameters())
+    assert all(p.requires_grad for p in agent.critic.parameters())
+
+
+def test_actor_update_leaves_critic_gradients_untouched():
+    agent = SAC(SACConfig(), SPEC, 2)
+    agent.update(_batch())
+    # the critic optimizer zeroes with set_to_none before its step; the actor pass must not add grads
+    assert all(p.grad is None or torch.count_nonzero(p.grad) > 0 for p in agent.critic.parameters())
+    agent.critic_opt.zero_grad(set_to_none=True)
+    agent._update_actor_and_alpha(agent.encoder(_batch().obs), agent.log_alpha.detach().exp())
+    assert all(p.grad is None for p in agent.critic.parameters())
+
+
+def test_entropy_temperature_moves_towards_target():
+    # A target entropy far above what the policy has: alpha must grow; far below: alpha must shrink.
+    for target, grows in ((100.0, True), (-100.0, False)):
+        agent = SAC(SACConfig(target_entropy=target, alpha_lr=1e-2), SPEC, 2)
+        for _ in range(20):
+            agent.update(_batch())
+        alpha = agent.log_alpha.exp().item()
+        assert (alpha > 1.0) == grows, (target, alpha)
+
+
+def test_fixed_alpha_is_not_learned():
+    agent = SAC(SACConfig(learn_alpha=False, init_alpha=0.2), SPEC, 2)
+    agent.update(_batch())
+    assert agent.log_alpha.exp().item() == pytest.approx(0.2)
+    assert set(agent.optimizers()) == {"actor", "critic"}
+
+
+def test_critic_count_layer_norm_and_actor_interval():
+    agent = SAC(SACConfig(num_critics=5, critic_layer_norm=True, actor_update_interval=2), SPEC, 2)
+    assert agent.critic(torch.randn(4, 10)).shape == (5, 4, 1)
+    assert any(isinstance(m, torch.nn.LayerNorm) for m in agent.critic.modules())
+    actor_before = [p.clone() for p in agent.actor.parameters()]
+    agent.update(_batch())
+    assert all(torch.equal(a, b) for a, b in zip(actor_before, agent.actor.parameters(), strict=True))
+    agent.update(_batch())
+    assert not all(torch.equal(a, b) for a, b in zip(actor_before, agent.actor.parameters(), strict=True))
+
+
+def test_critic_regresses_towards_a_fixed_target():
+    # reward 1 and discount 0: Q must approach 1 for the sampled actions.
+    agent = SAC(SACConfig(critic_lr=3e-3), {"state": TensorSpec((3,))}, 1)
+    obs = {"state": torch.randn(64, 3)}
+    batch = Batch(obs, torch.rand(64, 1) * 2 - 1, torch.ones(64, 1), torch.zeros(64, 1), obs)
+    for _ in range(300):
+        agent.update(batch)
+    q = agent.critic(torch.cat([obs["state"], batch.action], -1))
+    assert (q - 1).abs().mean() < 0.05
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="agent.num_critics"):
+        SAC(SACConfig(num_critics=0), SPEC, 2)
+    with pytest.raises(ValueError, match="agent.tau"):
+        SAC(SACConfig(tau=0.0), SPEC, 2)
+    with pytest.raises(ValueError, match="available agents: sac"):
+        make_agent(type("Cfg", (), {"name": "ppo"})(), SPEC, 2)
+    with pytest.raises(ValueError, match="image entry"):
+        SAC(SACConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)
+
+
+def test_seeded_updates_are_reproducible():
+    def run():
+        torch.manual_seed(3)
+        agent = SAC(SACConfig(), SPEC, 2)
+        batch = _batch()
+        for _ in range(3):
+            agent.update(batch)
+        return torch.cat([p.flatten() for p in agent.parameters()])
+
+    assert torch.equal(run(), run())
+    assert math.isfinite(run().sum().item())

@@ -1,0 +1,152 @@
+"""The real entry points, end to end: robotrl-train, resume after SIGKILL, robotrl-eval, multirun."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, TINY, run_module
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from robotrl.config import register_configs, to_train_config
+from robotrl.runtime.checkpoint import latest_checkpoint
+from robotrl.runtime.loop import train
+from robotrl.runtime.metrics import NonFiniteError, read_metrics
+
+register_configs()
+
+
+def _compose(*overrides):
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_config_errors_name_the_key_or_list_the_options():
+    with pytest.raises(MissingConfigException, match=r"(?s)agent/ppo.*Available options.*sac"):
+        _compose("agent=ppo")
+    with pytest.raises(MissingConfigException, match=r"(?s)task/nope.*Available options.*gym"):
+        _compose("task=nope")
+    with pytest.raises(ConfigCompositionException) as err:
+        _compose("agent.batch_sise=64")
+    assert "batch_sise" in str(err.value.__cause__)
+    with pytest.raises(ConfigCompositionException) as err:
+        _compose("total_steps=many")
+    assert "total_steps" in str(err.value.__cause__)
+    with pytest.raises(ValueError, match="eval_episodes must be >= 1"):
+        to_train_config(_compose("eval_episodes=0"))
+    cfg = to_train_config(_compose("task.env_id=HalfCheetah-v5", "agent.num_critics=4"))
+    assert cfg.task.env_id == "HalfCheetah-v5" and cfg.agent.num_critics == 4
+
+
+def test_train_writes_config_metrics_checkpoints_video_and_plot(tmp_path):
+    run_dir = tmp_path / "run"
+    run_module("robotrl.train", *TINY, f"hydra.run.dir={run_dir}")
+    assert (run_dir / "config.yaml").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 600 and summary["updates"] == 400
+    series = read_metrics(run_dir / "metrics.csv")
+    assert {"critic_loss", "actor_loss", "train/episode_return", "eval/return"} <= set(series)
+    assert [s for s, _ in series["eval/return"]] == [300, 600]
+    assert any((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert (run_dir / "videos" / "eval_step_000000600.mp4").stat().st_size > 1000
+    assert (run_dir / "learning_curve.png").stat().st_size > 1000
+    assert latest_checkpoint(run_dir / "checkpoints").name == "step_000000600"
+
+    proc = run_module("robotrl.eval", f"run={run_dir}", "episodes=2")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["episodes"] == 2 and result["checkpoint"] == "step_000000600" and "return" in result
+    assert any(run_dir.glob("eval/*/eval.mp4"))
+
+
+def test_resume_after_sigkill_continues_the_same_run(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [a for a in TINY if not a.startswith(("total_steps", "checkpoint_interval", "eval_interval"))]
+    args += ["total_steps=3000", "checkpoint_interval=500", "eval_interval=100000", "video=false"]
+    env = dict(os.environ, MUJOCO_GL="egl")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robotrl.train", *args, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pointer = run_dir / "checkpoints" / "latest"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (pointer.exists() and pointer.read_text() >= "step_000001000"):
+        assert proc.poll() is None, "training ended before it could be killed"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = int(latest_checkpoint(run_dir / "checkpoints").name.split("_")[1])
+    assert 1000 <= killed_at < 3000
+
+    run_module("robotrl.train", f"resume={run_dir}", "progress=false")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 3000
+    assert summary["updates"] == 3000 - 200  # counters continued, not restarted
+    rows = read_metrics(run_dir / "metrics.csv")["critic_loss"]
+    steps = [s for s, _ in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == 3000  # one continuous curve, no duplicate rows
+
+    with pytest.raises(AssertionError, match="cannot change 'seed'"):
+        run_module("robotrl.train", f"resume={run_dir}", "seed=5")
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    # An absurd learning rate makes the critic overflow after learning starts at step 600.
+    cfg = to_train_config(
+        _compose(
+            *[a for a in TINY if not a.startswith("total_steps")],
+            "total_steps=2000",
+            "learning_starts=600",
+            "agent.critic_lr=1e30",
+            "video=false",
+        )
+    )
+    with pytest.raises(NonFiniteError, match=r"(critic_loss|q_mean|actor_loss).*last checkpoint is kept"):
+        train(cfg, tmp_path)
+    ckpt = latest_checkpoint(tmp_path / "checkpoints")
+    assert ckpt.name == "step_000000600"
+
+
+def test_multirun_gives_each_seed_its_own_run_dir(tmp_path):
+    run_module(
+        "robotrl.train",
+        "-m",
+        "seed=1,2",
+        *[a for a in TINY if not a.startswith("total_steps")],
+        "total_steps=250",
+        "video=false",
+        f"hydra.sweep.dir={tmp_path}",
+    )
+    runs = sorted(p for p in tmp_path.iterdir() if p.is_dir() and (p / "summary.json").exists())
+    assert [p.name for p in runs] == ["0_gym_sac_s1", "1_gym_sac_s2"]
+
+
+@pytest.mark.slow
+def test_sac_learns_pendulum(tmp_path):
+    """Mean return over 10 deterministic evaluation episodes passes -300 within 5000 env steps."""
+    cfg = to_train_config(
+        _compose(
+            "seed=3",
+            "total_steps=5000",
+            "learning_starts=500",
+            "agent.actor_lr=1e-3",
+            "agent.critic_lr=1e-3",
+            "agent.alpha_lr=1e-3",
+            "eval_interval=1000",
+            "eval_episodes=10",
+            "checkpoint_interval=100000",
+            "progress=false",
+            "video=false",
+        )
+    )
+    train(cfg, Path(tmp_path))
+    evals = read_metrics(Path(tmp_path) / "metrics.csv")["eval/return"]
+    assert evals[0][1] < -700, evals  # it starts out unable to swing up ...
+    assert max(v for _, v in evals) > -300, evals  # ... and learns to
