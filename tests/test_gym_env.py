@@ -61,7 +61,7 @@ def test_discrete_action_space_is_refused():
 
 
 def test_unknown_env_id_and_task_name_are_reported():
-    with pytest.raises(ValueError, match="task.env_id='NoSuchEnv-v0'"):
+    with pytest.raises(ValueError, match=r"task\.env_id=.NoSuchEnv-v0."):
         make_env(GymTaskConfig(env_id="NoSuchEnv-v0"))
     with pytest.raises(ValueError, match="available tasks: gym"):
         make_env(type("Cfg", (), {"name": "nope"})())

@@ -121,9 +121,9 @@ def test_critic_regresses_towards_a_fixed_target():
 
 
 def test_bad_settings_are_named():
-    with pytest.raises(ValueError, match="agent.num_critics"):
+    with pytest.raises(ValueError, match=r"agent\.num_critics"):
         SAC(SACConfig(num_critics=0), SPEC, 2)
-    with pytest.raises(ValueError, match="agent.tau"):
+    with pytest.raises(ValueError, match=r"agent\.tau"):
         SAC(SACConfig(tau=0.0), SPEC, 2)
     with pytest.raises(ValueError, match="available agents: sac"):
         make_agent(type("Cfg", (), {"name": "ppo"})(), SPEC, 2)
