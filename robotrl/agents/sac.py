@@ -90,9 +90,13 @@ class SAC(Agent):
         self.to(device)
 
         dev = torch.device(device)
-        self.actor_opt = make_adam(self.actor.parameters(), cfg.actor_lr, dev)
-        self.critic_opt = make_adam(self.critic.parameters(), cfg.critic_lr, dev)
-        self.alpha_opt = make_adam([self.log_alpha], cfg.alpha_lr, dev) if cfg.learn_alpha else None
+        groups = [
+            {"params": list(self.critic.parameters()), "lr": cfg.critic_lr},
+            {"params": list(self.actor.parameters()), "lr": cfg.actor_lr},
+        ]
+        if cfg.learn_alpha:
+            groups.append({"params": [self.log_alpha], "lr": cfg.alpha_lr})
+        self.optimizer = make_adam(groups, cfg.critic_lr, dev)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.target_critic.parameters())
         self.num_updates = 0
@@ -100,10 +104,7 @@ class SAC(Agent):
         self._last_actor_metrics: dict[str, torch.Tensor] = {}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        opts = {"actor": self.actor_opt, "critic": self.critic_opt}
-        if self.alpha_opt is not None:
-            opts["alpha"] = self.alpha_opt
-        return opts
+        return {"sac": self.optimizer}
 
     @torch.no_grad()
     def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
@@ -118,21 +119,41 @@ class SAC(Agent):
         return critic(torch.cat([features, action], dim=-1))  # [N, B, 1]
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        with self._autocast():
-            return self._update(batch)
+        """One critic step and, every `actor_update_interval` updates, an actor and temperature step.
 
-    def _update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        features = self.encoder(batch.obs)
+        The three losses share one backward pass and one fused Adam step: they touch disjoint parameters
+        (the critic's target is computed without gradients, the actor sees the critic through detached
+        weights, the temperature through a detached log-probability). The actor therefore ascends the
+        critic as it was before this step's critic update, as in the JAX SAC implementations.
+        """
         alpha = self.log_alpha.detach().exp()
-        metrics = self._update_critic(features, batch, alpha)
+        update_actor = (self.num_updates + 1) % self.cfg.actor_update_interval == 0
+        with self._autocast():
+            features = self.encoder(batch.obs)
+            critic_loss, q_mean = self._critic_loss(features, batch, alpha)
+            loss = critic_loss
+            metrics = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
+            if update_actor:
+                actor_loss, log_prob = self._actor_loss(features, alpha)
+                loss = loss + actor_loss
+                self._last_actor_metrics = {
+                    "actor_loss": actor_loss.detach(),
+                    "entropy": -log_prob.mean(),
+                    "alpha": alpha,
+                }
+                if self.cfg.learn_alpha:
+                    alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
+                    loss = loss + alpha_loss
+                    self._last_actor_metrics["alpha_loss"] = alpha_loss.detach()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
         self._soft_update_target()
         self.num_updates += 1
-        if self.num_updates % self.cfg.actor_update_interval == 0:
-            self._last_actor_metrics = self._update_actor_and_alpha(features, alpha)
         metrics.update(self._last_actor_metrics)
         return metrics
 
-    def _update_critic(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor):
         with torch.no_grad():
             next_features = self.encoder(batch.next_obs)
             next_action, next_log_prob = self.actor(next_features).rsample_with_log_prob()
@@ -140,29 +161,15 @@ class SAC(Agent):
             target = batch.reward + batch.discount * (next_q - alpha * next_log_prob)
         q = self._q(self.critic, features, batch.action)
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_opt.step()
-        return {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
+        return critic_loss, q.detach().mean()
 
-    def _update_actor_and_alpha(self, features: torch.Tensor, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _actor_loss(self, features: torch.Tensor, alpha: torch.Tensor):
         action, log_prob = self.actor(features).rsample_with_log_prob()
-        # The critic is a fixed function here: no weight gradients, only the path to the action.
-        self.critic.requires_grad_(False)
-        q = self._q(self.critic, features, action).min(dim=0).values
-        self.critic.requires_grad_(True)
+        # The critic is a fixed function here: through detached weights only the path to the action is
+        # differentiated, and no critic weight gradients are computed.
+        q = self.critic(torch.cat([features, action], dim=-1), frozen=True).min(dim=0).values
         actor_loss = (alpha * log_prob - q).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_opt.step()
-        metrics = {"actor_loss": actor_loss.detach(), "entropy": -log_prob.detach().mean(), "alpha": alpha}
-        if self.alpha_opt is not None:
-            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-            metrics["alpha_loss"] = alpha_loss.detach()
-        return metrics
+        return actor_loss, log_prob.detach()
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:

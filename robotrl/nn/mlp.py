@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -40,8 +41,19 @@ class MLP(nn.Module):
         self.hidden = nn.Sequential(*layers)
         self.head = nn.Linear(last, out_dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return full_precision(self.head, self.hidden(x))
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        """[N, B, out_dim]; with `frozen`, no weight receives a gradient (only the input does)."""
+        if not frozen:
+            return full_precision(self.head, self.hidden(x))
+        for layer in self.hidden:
+            if isinstance(layer, EnsembleLinear):
+                x = layer(x, frozen=True)
+            elif isinstance(layer, nn.LayerNorm):
+                x = F.layer_norm(x, layer.normalized_shape, layer.weight.detach(), layer.bias.detach(), layer.eps)
+            else:
+                x = layer(x)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self.head(x.float(), frozen=True)
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> MLP:
@@ -64,9 +76,12 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        """With `frozen`, gradients reach `x` but not the weights (the layer acts as a fixed function)."""
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.num_members, -1, -1)
+        if frozen:
+            return torch.baddbmm(self.bias.detach(), x, self.weight.detach())
         return torch.baddbmm(self.bias, x, self.weight)
 
     def extra_repr(self) -> str:
@@ -92,5 +107,16 @@ class EnsembleMLP(nn.Module):
         self.head = EnsembleLinear(num_members, last, out_dim)
         self.num_members = num_members
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return full_precision(self.head, self.hidden(x))
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        """[N, B, out_dim]; with `frozen`, no weight receives a gradient (only the input does)."""
+        if not frozen:
+            return full_precision(self.head, self.hidden(x))
+        for layer in self.hidden:
+            if isinstance(layer, EnsembleLinear):
+                x = layer(x, frozen=True)
+            elif isinstance(layer, nn.LayerNorm):
+                x = F.layer_norm(x, layer.normalized_shape, layer.weight.detach(), layer.bias.detach(), layer.eps)
+            else:
+                x = layer(x)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self.head(x.float(), frozen=True)
