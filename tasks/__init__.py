@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from robotrl.tasks.configs import GymTaskConfig
+from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig
 
-TASK_CONFIGS: dict[str, type] = {"gym": GymTaskConfig}
+ARM_TASKS = {"panda_reach": "robotrl.tasks.panda_reach:PandaReach"}
+TASK_CONFIGS: dict[str, type] = {"gym": GymTaskConfig, **{name: ArmTaskConfig for name in ARM_TASKS}}
+
+
+def make_task(task_cfg: Any, num_envs: int = 1):
+    """The ArmTask object a built-in task config names (for scripted experts and tests)."""
+    import importlib
+
+    module, cls = ARM_TASKS[task_cfg.name].split(":")
+    return getattr(importlib.import_module(module), cls)(task_cfg, num_envs)
 
 
 def make_env(task_cfg: Any, num_envs: int = 1, render: bool = False):
@@ -16,4 +25,19 @@ def make_env(task_cfg: Any, num_envs: int = 1, render: bool = False):
         from robotrl.tasks.gym_env import GymVecEnv
 
         return GymVecEnv(task_cfg, num_envs=num_envs, render=render)
+    if name in ARM_TASKS:
+        from robotrl.tasks.arm_task import TaskVecEnv
+
+        return TaskVecEnv(make_task(task_cfg, num_envs))
     raise ValueError(f"unknown task {name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
+
+
+def _register_gymnasium_ids() -> None:
+    try:
+        from robotrl.tasks.gym_api import register_envs
+    except ImportError:  # gymnasium absent: the Hydra path still works
+        return
+    register_envs()
+
+
+_register_gymnasium_ids()

@@ -16,3 +16,22 @@ class GymTaskConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
     render_width: int = 256
     render_height: int = 256
+
+
+@dataclass
+class ArmTaskConfig:
+    """A built-in simulated arm task, e.g. `task=panda_reach task.reward=sparse`."""
+
+    name: str = "panda_reach"
+    backend: str = "mujoco"
+    control: str = "ee_delta"  # ee_delta | joint_delta | joint_position
+    relative_frame: bool = False  # ee_delta actions and positions in the episode's start frame
+    reward: str = "dense"  # dense | sparse
+    episode_steps: int = 50
+    control_substeps: int = 20  # physics steps per control step (0.002 s each: 25 Hz control)
+    max_ee_step: float = 0.05  # metres per control step at |action| = 1
+    max_joint_step: float = 0.1  # radians per control step at |action| = 1 (joint_delta)
+    success_threshold: float = 0.03  # metres
+    render_width: int = 256
+    render_height: int = 256
+    camera: str = "front"

@@ -129,6 +129,7 @@ def test_multirun_gives_each_seed_its_own_run_dir(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_sac_learns_pendulum(tmp_path):
     """Mean return over 10 deterministic evaluation episodes passes -300 within 5000 env steps."""
     cfg = to_train_config(

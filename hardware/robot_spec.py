@@ -1,0 +1,75 @@
+"""Robot specs: joint limits, home pose and end effector, read by the simulated tasks and the shield."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+ROBOTS_DIR = Path(__file__).resolve().parent / "robots"
+
+
+@dataclass(frozen=True)
+class GripperSpec:
+    joints: tuple[str, ...]
+    open: float
+    closed: float
+    max_force: float
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    name: str
+    arm_joints: tuple[str, ...]
+    position_lower: torch.Tensor
+    position_upper: torch.Tensor
+    velocity_limit: torch.Tensor
+    acceleration_limit: torch.Tensor
+    jerk_limit: torch.Tensor
+    effort_limit: torch.Tensor
+    home: torch.Tensor
+    end_effector_site: str
+    gripper: GripperSpec | None
+
+
+def available_robots() -> list[str]:
+    return sorted(p.stem for p in ROBOTS_DIR.glob("*.yaml"))
+
+
+def load_robot_spec(name: str) -> RobotSpec:
+    path = ROBOTS_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise ValueError(f"unknown robot {name!r}; available robots: {', '.join(available_robots())}")
+    raw = yaml.safe_load(path.read_text())
+    n = len(raw["arm_joints"])
+    vectors = {}
+    for key in (
+        "position_lower",
+        "position_upper",
+        "velocity_limit",
+        "acceleration_limit",
+        "jerk_limit",
+        "effort_limit",
+        "home",
+    ):
+        values = raw[key]
+        if len(values) != n:
+            raise ValueError(f"{path}: {key} has {len(values)} values for {n} arm joints")
+        vectors[key] = torch.tensor(values, dtype=torch.float32)
+    if not torch.all(vectors["position_lower"] < vectors["position_upper"]):
+        raise ValueError(f"{path}: position_lower must be below position_upper for every joint")
+    home = vectors["home"]
+    if not torch.all((home >= vectors["position_lower"]) & (home <= vectors["position_upper"])):
+        raise ValueError(f"{path}: home pose {home.tolist()} lies outside the joint limits")
+    gripper = raw.get("gripper")
+    return RobotSpec(
+        name=raw["name"],
+        arm_joints=tuple(raw["arm_joints"]),
+        end_effector_site=raw["end_effector_site"],
+        gripper=GripperSpec(tuple(gripper["joints"]), gripper["open"], gripper["closed"], gripper["max_force"])
+        if gripper
+        else None,
+        **vectors,
+    )

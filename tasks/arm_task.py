@@ -1,0 +1,155 @@
+"""Simulated arm tasks written once against SimBackend, and the VecEnv that runs them.
+
+A task owns a backend, a robot spec and a controller; it resets chosen envs, turns actions into
+actuator targets, and reports observations, rewards and success. `TaskVecEnv` adds what every task
+shares: action validation, the control-rate loop, time limits and automatic resets.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import numpy as np
+import torch
+from robotrl.hardware.robot_spec import load_robot_spec
+from robotrl.tasks.backend import SimBackend
+from robotrl.tasks.configs import ArmTaskConfig
+from robotrl.tasks.controllers import ArmController
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.env import Obs, StepResult
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+BACKENDS = ("mujoco",)
+_ACTION_TOLERANCE = 1e-6
+
+
+def make_backend(kind: str, xml: Path, num_envs: int) -> SimBackend:
+    if kind == "mujoco":
+        from robotrl.tasks.mujoco_backend import MujocoBackend
+
+        return MujocoBackend(xml, num_envs)
+    raise ValueError(f"task.backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
+
+
+class ArmTask(ABC):
+    robot_name = "panda"
+    scene: str
+
+    def __init__(self, cfg: ArmTaskConfig, num_envs: int):
+        if cfg.reward not in ("dense", "sparse"):
+            raise ValueError(f"task.reward must be dense or sparse, got {cfg.reward!r}")
+        for key in ("episode_steps", "control_substeps"):
+            if getattr(cfg, key) < 1:
+                raise ValueError(f"task.{key} must be >= 1, got {getattr(cfg, key)}")
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.robot = load_robot_spec(self.robot_name)
+        self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs)
+        self.controller = ArmController(
+            cfg.control,
+            self.robot,
+            self.backend,
+            cfg.max_ee_step,
+            cfg.max_joint_step,
+            relative_frame=cfg.relative_frame,
+        )
+        self.arm_actuators = tuple(f"act{i + 1}" for i in range(len(self.robot.arm_joints)))
+        self.generator = torch.Generator()
+
+    @property
+    def action_dim(self) -> int:
+        return self.controller.action_dim
+
+    @property
+    @abstractmethod
+    def obs_spec(self) -> dict[str, TensorSpec]: ...
+
+    def reset(self, env_ids: torch.Tensor) -> None:
+        home = self.robot.home.expand(len(env_ids), -1)
+        noise = (torch.rand(home.shape, generator=self.generator) * 2 - 1) * 0.05
+        q = torch.maximum(torch.minimum(home + noise, self.robot.position_upper), self.robot.position_lower)
+        self.backend.set_joint_state(env_ids, self.robot.arm_joints, q)
+        if self.robot.gripper is not None:
+            opened = torch.full((len(env_ids), len(self.robot.gripper.joints)), self.robot.gripper.open)
+            self.backend.set_joint_state(env_ids, self.robot.gripper.joints, opened)
+        self.reset_scene(env_ids)
+        self.backend.forward(env_ids)
+        self.controller.reset(env_ids)
+        # hold the reset pose: position targets equal the joint positions
+        targets = self.backend.joint_pos(self.robot.arm_joints)
+        self._arm_targets = targets if not hasattr(self, "_arm_targets") else self._arm_targets
+        self._arm_targets[env_ids] = targets[env_ids]
+
+    def apply_action(self, action: torch.Tensor) -> None:
+        self._arm_targets = self.controller.joint_targets(action[:, : self.controller.action_dim])
+        self.backend.set_actuators(self.arm_actuators, self._arm_targets)
+
+    @abstractmethod
+    def reset_scene(self, env_ids: torch.Tensor) -> None:
+        """Randomize objects and goals for `env_ids` (arm already placed)."""
+
+    @abstractmethod
+    def observe(self) -> Obs: ...
+
+    @abstractmethod
+    def evaluate(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(reward [E], success [E] bool, terminated [E] bool) for the current state."""
+
+
+class TaskVecEnv:
+    """VecEnv over an ArmTask: validated actions, control-rate stepping, time limits, auto-reset."""
+
+    def __init__(self, task: ArmTask):
+        self.task = task
+        self.name = task.cfg.name
+        self.num_envs = task.num_envs
+        self.action_dim = task.action_dim
+        self.obs_spec = task.obs_spec
+        self.has_success = True
+        self._t = torch.zeros(self.num_envs, dtype=torch.long)
+
+    def reset(self, seed: int | None = None) -> Obs:
+        if seed is not None:
+            self.task.generator.manual_seed(seed)
+        ids = torch.arange(self.num_envs)
+        self.task.reset(ids)
+        self._t.zero_()
+        return self.task.observe()
+
+    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
+        if not isinstance(action, torch.Tensor) or tuple(action.shape) != (self.num_envs, self.action_dim):
+            shape = list(action.shape) if isinstance(action, torch.Tensor) else type(action).__name__
+            raise ValueError(f"{self.name}: action must have shape [{self.num_envs}, {self.action_dim}], got {shape}")
+        action = action.detach().to("cpu", torch.float32)
+        if not torch.isfinite(action).all():
+            raise ValueError(f"{self.name}: non-finite action {action.tolist()}")
+        if (action.abs() > 1.0 + _ACTION_TOLERANCE).any():
+            raise ValueError(f"{self.name}: action outside [-1, 1]: {action.tolist()}")
+        return action
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        self.task.apply_action(self._check_action(action))
+        self.task.backend.step(self.task.cfg.control_substeps)
+        self._t += 1
+        next_obs = self.task.observe()
+        reward, success, terminated = self.task.evaluate()
+        truncated = (self._t >= self.task.cfg.episode_steps) & ~terminated
+        done = terminated | truncated
+        obs = next_obs
+        if done.any():
+            ids = done.nonzero().flatten()
+            self.task.reset(ids)
+            self._t[ids] = 0
+            obs = self.task.observe()
+        return StepResult(
+            obs=obs, next_obs=next_obs, reward=reward, terminated=terminated, truncated=truncated, success=success
+        )
+
+    def render(self) -> np.ndarray:
+        cfg = self.task.cfg
+        return self.task.backend.render(cfg.camera, cfg.render_width, cfg.render_height)[0].numpy()
+
+    def close(self) -> None:
+        self.task.backend.close()

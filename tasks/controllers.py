@@ -1,0 +1,68 @@
+"""Arm controllers: map a normalized action to joint position targets for position actuators.
+
+`ee_delta` is differential inverse kinematics (damped least squares on the site Jacobian): the action's
+first three values move the end effector by up to `max_ee_step` metres per control step, and the
+orientation is held at a target (the episode's start orientation unless a task sets another).
+"""
+
+from __future__ import annotations
+
+import torch
+from robotrl.hardware.robot_spec import RobotSpec
+from robotrl.tasks.backend import SimBackend
+from robotrl.tasks.rotations import quat_to_matrix, rotation_error
+
+CONTROLS = ("ee_delta", "joint_delta", "joint_position")
+
+
+class ArmController:
+    def __init__(
+        self,
+        kind: str,
+        robot: RobotSpec,
+        backend: SimBackend,
+        max_ee_step: float = 0.05,
+        max_joint_step: float = 0.1,
+        damping: float = 0.05,
+        relative_frame: bool = False,
+    ):
+        if kind not in CONTROLS:
+            raise ValueError(f"task.control must be one of {', '.join(CONTROLS)}, got {kind!r}")
+        self.kind, self.robot, self.backend = kind, robot, backend
+        self.max_ee_step, self.max_joint_step, self.damping = max_ee_step, max_joint_step, damping
+        self.relative_frame = relative_frame
+        self.lower, self.upper = robot.position_lower, robot.position_upper
+        n = backend.num_envs
+        self.target_quat = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1)
+        self.frame = torch.eye(3).repeat(n, 1, 1)  # action frame for ee_delta
+
+    @property
+    def action_dim(self) -> int:
+        return 3 if self.kind == "ee_delta" else len(self.robot.arm_joints)
+
+    def reset(self, env_ids: torch.Tensor) -> None:
+        """Call after a reset's forward(): hold the start orientation, and take its frame if relative."""
+        _, quat = self.backend.site_pose(self.robot.end_effector_site)
+        self.target_quat[env_ids] = quat[env_ids]
+        if self.relative_frame:
+            self.frame[env_ids] = quat_to_matrix(quat[env_ids])
+
+    def joint_targets(self, action: torch.Tensor) -> torch.Tensor:
+        joints = self.robot.arm_joints
+        q = self.backend.joint_pos(joints)
+        if self.kind == "joint_position":
+            target = self.lower + (action + 1.0) * 0.5 * (self.upper - self.lower)
+        elif self.kind == "joint_delta":
+            target = q + action * self.max_joint_step
+        else:
+            target = q + self._ik_step(action)
+        return torch.maximum(torch.minimum(target, self.upper), self.lower)
+
+    def _ik_step(self, action: torch.Tensor) -> torch.Tensor:
+        site = self.robot.end_effector_site
+        _, quat = self.backend.site_pose(site)
+        jac = self.backend.site_jacobian(site, self.robot.arm_joints)  # [E, 6, n]
+        dx = torch.bmm(self.frame, (action * self.max_ee_step).unsqueeze(-1)).squeeze(-1)
+        error = torch.cat([dx, rotation_error(self.target_quat, quat)], -1)  # [E, 6]
+        jjt = torch.bmm(jac, jac.transpose(1, 2)) + self.damping**2 * torch.eye(6)
+        return torch.bmm(jac.transpose(1, 2), torch.linalg.solve(jjt, error.unsqueeze(-1))).squeeze(-1)

@@ -1,0 +1,162 @@
+"""SimBackend on MuJoCo: one MjModel, one MjData per env, stepped in turn."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from robotrl.tasks.backend import SimBackend
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco
+
+_HINGE_OR_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+
+
+class MujocoBackend(SimBackend):
+    def __init__(self, xml: str | Path, num_envs: int = 1):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.model = mujoco.MjModel.from_xml_path(str(xml))
+        self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
+        self.num_envs = num_envs
+        self.physics_dt = float(self.model.opt.timestep)
+        self._renderer: mujoco.Renderer | None = None
+        self._jac = np.zeros((6, self.model.nv))
+        for data in self.datas:
+            mujoco.mj_forward(self.model, data)
+
+    # -- name lookups (cached: names are resolved once) ------------------------------------------
+    @cache  # noqa: B019  (the backend lives as long as its env)
+    def _joint_addr(self, joints: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        qpos, qvel = [], []
+        for name in joints:
+            joint = self._named(mujoco.mjtObj.mjOBJ_JOINT, name, "joint")
+            if int(self.model.jnt_type[joint]) not in _HINGE_OR_SLIDE:
+                raise ValueError(f"joint {name!r} is not a hinge or slide joint")
+            qpos.append(self.model.jnt_qposadr[joint])
+            qvel.append(self.model.jnt_dofadr[joint])
+        return np.array(qpos), np.array(qvel)
+
+    def _named(self, kind, name: str, what: str) -> int:
+        idx = mujoco.mj_name2id(self.model, kind, name)
+        if idx < 0:
+            raise KeyError(f"{what} {name!r} is not in model {self.model.names[:40]!r}...")
+        return idx
+
+    @cache  # noqa: B019
+    def _ids(self, kind, names: tuple[str, ...], what: str) -> np.ndarray:
+        return np.array([self._named(kind, n, what) for n in names])
+
+    # -- state -----------------------------------------------------------------------------------
+    def joint_pos(self, joints: Sequence[str]) -> torch.Tensor:
+        adr, _ = self._joint_addr(tuple(joints))
+        return torch.from_numpy(np.stack([d.qpos[adr] for d in self.datas])).float()
+
+    def joint_vel(self, joints: Sequence[str]) -> torch.Tensor:
+        _, adr = self._joint_addr(tuple(joints))
+        return torch.from_numpy(np.stack([d.qvel[adr] for d in self.datas])).float()
+
+    def set_joint_state(self, env_ids, joints, pos, vel=None) -> None:
+        qadr, vadr = self._joint_addr(tuple(joints))
+        pos = pos.detach().cpu().double().numpy()
+        vel = np.zeros_like(pos) if vel is None else vel.detach().cpu().double().numpy()
+        for k, i in enumerate(env_ids.tolist()):
+            self.datas[i].qpos[qadr] = pos[k]
+            self.datas[i].qvel[vadr] = vel[k]
+
+    def set_free_body_pose(self, env_ids, body, pos, quat) -> None:
+        body_id = self._named(mujoco.mjtObj.mjOBJ_BODY, body, "body")
+        joint = self.model.body_jntadr[body_id]
+        if joint < 0 or int(self.model.jnt_type[joint]) != int(mujoco.mjtJoint.mjJNT_FREE):
+            raise ValueError(f"body {body!r} has no free joint")
+        qadr, vadr = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
+        pose = torch.cat([pos, quat], -1).detach().cpu().double().numpy()
+        for k, i in enumerate(env_ids.tolist()):
+            self.datas[i].qpos[qadr : qadr + 7] = pose[k]
+            self.datas[i].qvel[vadr : vadr + 6] = 0.0
+
+    def set_mocap_pos(self, env_ids, body, pos) -> None:
+        mocap = self.model.body_mocapid[self._named(mujoco.mjtObj.mjOBJ_BODY, body, "body")]
+        if mocap < 0:
+            raise ValueError(f"body {body!r} is not a mocap body")
+        pos = pos.detach().cpu().double().numpy()
+        for k, i in enumerate(env_ids.tolist()):
+            self.datas[i].mocap_pos[mocap] = pos[k]
+
+    def set_actuators(self, actuators, values) -> None:
+        ids = self._ids(mujoco.mjtObj.mjOBJ_ACTUATOR, tuple(actuators), "actuator")
+        values = values.detach().cpu().double().numpy()
+        for data, row in zip(self.datas, values, strict=True):
+            data.ctrl[ids] = row
+
+    def step(self, substeps: int) -> None:
+        for data in self.datas:
+            mujoco.mj_step(self.model, data, nstep=substeps)
+
+    def forward(self, env_ids=None) -> None:
+        targets = range(self.num_envs) if env_ids is None else env_ids.tolist()
+        for i in targets:
+            mujoco.mj_forward(self.model, self.datas[i])
+
+    # -- kinematics ------------------------------------------------------------------------------
+    def site_pose(self, site):
+        sid = self._named(mujoco.mjtObj.mjOBJ_SITE, site, "site")
+        pos = np.stack([d.site_xpos[sid] for d in self.datas])
+        quat = np.zeros((self.num_envs, 4))
+        for k, d in enumerate(self.datas):
+            mujoco.mju_mat2Quat(quat[k], d.site_xmat[sid])
+        return torch.from_numpy(pos).float(), torch.from_numpy(quat).float()
+
+    def body_pose(self, body):
+        bid = self._named(mujoco.mjtObj.mjOBJ_BODY, body, "body")
+        pos = np.stack([d.xpos[bid] for d in self.datas])
+        quat = np.stack([d.xquat[bid] for d in self.datas])
+        return torch.from_numpy(pos).float(), torch.from_numpy(quat).float()
+
+    def site_jacobian(self, site, joints):
+        sid = self._named(mujoco.mjtObj.mjOBJ_SITE, site, "site")
+        _, vadr = self._joint_addr(tuple(joints))
+        out = np.empty((self.num_envs, 6, len(vadr)))
+        for k, d in enumerate(self.datas):
+            mujoco.mj_jacSite(self.model, d, self._jac[:3], self._jac[3:], sid)
+            out[k] = self._jac[:, vadr]
+        return torch.from_numpy(out).float()
+
+    def in_contact(self, geoms_a, geoms_b):
+        a = set(self._ids(mujoco.mjtObj.mjOBJ_GEOM, tuple(geoms_a), "geom").tolist())
+        b = set(self._ids(mujoco.mjtObj.mjOBJ_GEOM, tuple(geoms_b), "geom").tolist())
+        out = torch.zeros(self.num_envs, dtype=torch.bool)
+        for k, d in enumerate(self.datas):
+            for c in d.contact[: d.ncon]:
+                g1, g2 = int(c.geom1), int(c.geom2)
+                if (g1 in a and g2 in b) or (g1 in b and g2 in a):
+                    out[k] = True
+                    break
+        return out
+
+    def render(self, camera, width, height):
+        if self._renderer is None or (self._renderer.width, self._renderer.height) != (width, height):
+            try:
+                self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+            except Exception as err:
+                raise RuntimeError(
+                    f"MuJoCo could not create a renderer ({err}); on a headless machine set MUJOCO_GL=egl "
+                    "(or MUJOCO_GL=osmesa where EGL is missing)"
+                ) from err
+        cam = self._named(mujoco.mjtObj.mjOBJ_CAMERA, camera, "camera")
+        frames = np.empty((self.num_envs, height, width, 3), dtype=np.uint8)
+        for k, d in enumerate(self.datas):
+            self._renderer.update_scene(d, camera=cam)
+            frames[k] = self._renderer.render()
+        return torch.from_numpy(frames)
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None

@@ -1,0 +1,56 @@
+"""panda_reach: move the gripper's tool point to a random target within `success_threshold`."""
+
+from __future__ import annotations
+
+import torch
+from robotrl.tasks.arm_task import ArmTask
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.env import Obs
+
+TARGET_LOW = torch.tensor([0.30, -0.25, 0.10])
+TARGET_HIGH = torch.tensor([0.60, 0.25, 0.45])
+
+
+class PandaReach(ArmTask):
+    scene = "panda_reach.xml"
+
+    @property
+    def obs_spec(self) -> dict[str, TensorSpec]:
+        n = len(self.robot.arm_joints)
+        return {
+            "arm_qpos": TensorSpec((n,)),
+            "arm_qvel": TensorSpec((n,)),
+            "ee_pos": TensorSpec((3,)),
+            "target": TensorSpec((3,)),
+        }
+
+    def reset_scene(self, env_ids: torch.Tensor) -> None:
+        u = torch.rand(len(env_ids), 3, generator=self.generator)
+        target = TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)
+        if not hasattr(self, "target"):
+            self.target = torch.zeros(self.num_envs, 3)
+        self.target[env_ids] = target
+        self.backend.set_mocap_pos(env_ids, "target", target)
+
+    def ee_pos(self) -> torch.Tensor:
+        return self.backend.site_pose(self.robot.end_effector_site)[0]
+
+    def observe(self) -> Obs:
+        return {
+            "arm_qpos": self.backend.joint_pos(self.robot.arm_joints),
+            "arm_qvel": self.backend.joint_vel(self.robot.arm_joints),
+            "ee_pos": self.ee_pos(),
+            "target": self.target.clone(),
+        }
+
+    def evaluate(self):
+        distance = (self.ee_pos() - self.target).norm(dim=-1)
+        success = distance < self.cfg.success_threshold
+        reward = -distance if self.cfg.reward == "dense" else success.float() - 1.0
+        return reward, success, torch.zeros_like(success)
+
+    def expert_action(self) -> torch.Tensor:
+        """Scripted expert: head straight for the target at up to full speed."""
+        delta = (self.target - self.ee_pos()) / self.cfg.max_ee_step
+        return delta.clamp(-1.0, 1.0)

@@ -1,0 +1,137 @@
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+import torch
+from robotrl.hardware.robot_spec import load_robot_spec
+from robotrl.tasks import make_env, make_task
+from robotrl.tasks.arm_task import ASSETS, TaskVecEnv
+from robotrl.tasks.configs import ArmTaskConfig
+
+
+def _env(num_envs=1, **kw):
+    return TaskVecEnv(make_task(ArmTaskConfig(**kw), num_envs))
+
+
+def test_robot_spec_agrees_with_the_mjcf():
+    spec = load_robot_spec("panda")
+    model = mujoco.MjModel.from_xml_path(str(ASSETS / "panda.xml"))
+    for i, joint in enumerate(spec.arm_joints):
+        lo, hi = model.jnt_range[model.joint(joint).id]
+        assert (lo, hi) == pytest.approx((spec.position_lower[i].item(), spec.position_upper[i].item()), abs=1e-6)
+        actuator = model.actuator(f"act{i + 1}")
+        assert actuator.forcerange[1] == pytest.approx(spec.effort_limit[i].item())
+    with pytest.raises(ValueError, match="available robots: panda"):
+        load_robot_spec("ur5")
+
+
+def test_reset_and_step_contract():
+    env = _env(num_envs=3)
+    obs = env.reset(seed=0)
+    assert set(obs) == {"arm_qpos", "arm_qvel", "ee_pos", "target"}
+    for key, spec in env.obs_spec.items():
+        assert obs[key].shape == (3, *spec.shape) and obs[key].dtype == torch.float32
+    result = env.step(torch.zeros(3, 3))
+    assert result.reward.shape == (3,) and result.success.dtype == torch.bool
+    assert not result.terminated.any() and not result.truncated.any()
+    for _ in range(env.task.cfg.episode_steps - 1):
+        result = env.step(torch.zeros(3, 3))
+    assert result.truncated.all()  # time limit at episode_steps
+    assert not torch.equal(result.obs["target"], result.next_obs["target"])  # auto-reset drew new targets
+
+
+def test_resets_are_deterministic_under_a_seed():
+    a, b = _env(), _env()
+    obs_a, obs_b = a.reset(seed=7), b.reset(seed=7)
+    for key in obs_a:
+        assert torch.equal(obs_a[key], obs_b[key])
+    for _ in range(5):
+        ra, rb = a.step(torch.full((1, 3), 0.3)), b.step(torch.full((1, 3), 0.3))
+        assert torch.equal(ra.next_obs["ee_pos"], rb.next_obs["ee_pos"])
+    assert not torch.equal(_env().reset(seed=8)["target"], obs_a["target"])
+
+
+def test_success_is_detected_at_the_target_and_rewards_follow_the_variant():
+    env = _env()
+    env.reset(seed=1)
+    task = env.task
+    task.target[:] = task.ee_pos()  # put the target on the tool point
+    reward, success, _ = task.evaluate()
+    assert success.all() and reward.item() == pytest.approx(0.0, abs=1e-6)
+    sparse = _env(reward="sparse")
+    sparse.reset(seed=1)
+    reward, success, _ = sparse.task.evaluate()
+    assert not success.any() and reward.item() == -1.0
+
+
+def test_scripted_expert_succeeds_and_random_actions_rarely_do():
+    env = _env()
+    task = env.task
+    expert_wins = random_wins = 0
+    generator = torch.Generator().manual_seed(0)
+    for episode in range(20):
+        env.reset(seed=episode)
+        won = False
+        for _ in range(task.cfg.episode_steps):
+            won |= bool(env.step(task.expert_action()).success[0])
+        expert_wins += won
+        env.reset(seed=100 + episode)
+        won = False
+        for _ in range(task.cfg.episode_steps):
+            won |= bool(env.step(torch.rand(1, 3, generator=generator) * 2 - 1).success[0])
+        random_wins += won
+    assert expert_wins >= 19
+    assert random_wins <= 3
+
+
+def test_ee_delta_controller_tracks_a_target_and_holds_orientation():
+    env = _env()
+    env.reset(seed=3)
+    task = env.task
+    _, start_quat = task.backend.site_pose(task.robot.end_effector_site)
+    goal = task.ee_pos() + torch.tensor([[0.10, -0.08, -0.12]])
+    for _ in range(25):
+        delta = ((goal - task.ee_pos()) / task.cfg.max_ee_step).clamp(-1, 1)
+        env.step(delta)
+    assert (task.ee_pos() - goal).norm() < 0.01
+    _, quat = task.backend.site_pose(task.robot.end_effector_site)
+    assert torch.abs((quat * start_quat).sum()) > 0.999  # orientation within a couple of degrees
+
+
+def test_relative_frame_rotates_actions_into_the_start_frame():
+    env = _env(relative_frame=True)
+    env.reset(seed=0)
+    task = env.task
+    before = task.ee_pos().clone()
+    for _ in range(5):
+        env.step(torch.tensor([[0.0, 0.0, 1.0]]))  # +z of the tool frame points down at home
+    assert task.ee_pos()[0, 2] < before[0, 2] - 0.05
+
+
+def test_bad_actions_name_the_task_and_value():
+    env = _env()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"panda_reach: action must have shape \[1, 3\]"):
+        env.step(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="panda_reach: non-finite action"):
+        env.step(torch.tensor([[0.0, float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match=r"panda_reach: action outside \[-1, 1\].*2\.0"):
+        env.step(torch.tensor([[0.0, 2.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"task\.control"):
+        _env(control="torque")
+    with pytest.raises(ValueError, match=r"task\.backend"):
+        _env(backend="isaac")
+
+
+def test_gymnasium_registration_and_pixels_from_the_front_camera():
+    env = gym.make("robotrl/PandaReach-v0")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    assert not terminated and not truncated
+    assert isinstance(reward, float) and "success" in info
+    vec = make_env(ArmTaskConfig(render_width=96, render_height=64))
+    vec.reset(seed=0)
+    frame = vec.render()
+    assert frame.shape == (64, 96, 3) and frame.dtype == np.uint8 and frame.std() > 5
+    vec.close()
