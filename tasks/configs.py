@@ -31,7 +31,7 @@ class ArmTaskConfig:
     control_substeps: int = 20  # physics steps per control step (0.002 s each: 25 Hz control)
     max_ee_step: float = 0.05  # metres per control step at |action| = 1
     max_joint_step: float = 0.1  # radians per control step at |action| = 1 (joint_delta)
-    success_threshold: float = 0.03  # metres
+    success_threshold: float = 0.05  # metres (as gymnasium-robotics Fetch)
     render_width: int = 256
     render_height: int = 256
     camera: str = "front"

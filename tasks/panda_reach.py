@@ -23,6 +23,7 @@ class PandaReach(ArmTask):
             "arm_qvel": TensorSpec((n,)),
             "ee_pos": TensorSpec((3,)),
             "target": TensorSpec((3,)),
+            "to_target": TensorSpec((3,)),
         }
 
     def reset_scene(self, env_ids: torch.Tensor) -> None:
@@ -37,11 +38,13 @@ class PandaReach(ArmTask):
         return self.backend.site_pose(self.robot.end_effector_site)[0]
 
     def observe(self) -> Obs:
+        ee_pos = self.ee_pos()
         return {
             "arm_qpos": self.backend.joint_pos(self.robot.arm_joints),
             "arm_qvel": self.backend.joint_vel(self.robot.arm_joints),
-            "ee_pos": self.ee_pos(),
+            "ee_pos": ee_pos,
             "target": self.target.clone(),
+            "to_target": self.target - ee_pos,
         }
 
     def evaluate(self):

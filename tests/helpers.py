@@ -9,6 +9,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # A training run small enough for the test suite: seconds, not minutes.
 TINY = [
+    "task=gym",
     "total_steps=600",
     "learning_starts=200",
     "log_interval=100",

@@ -28,7 +28,7 @@ def test_robot_spec_agrees_with_the_mjcf():
 def test_reset_and_step_contract():
     env = _env(num_envs=3)
     obs = env.reset(seed=0)
-    assert set(obs) == {"arm_qpos", "arm_qvel", "ee_pos", "target"}
+    assert set(obs) == {"arm_qpos", "arm_qvel", "ee_pos", "target", "to_target"}
     for key, spec in env.obs_spec.items():
         assert obs[key].shape == (3, *spec.shape) and obs[key].dtype == torch.float32
     result = env.step(torch.zeros(3, 3))

@@ -96,7 +96,7 @@ def test_entropy_temperature_moves_towards_target():
         for _ in range(20):
             agent.update(_batch())
         alpha = agent.log_alpha.exp().item()
-        assert (alpha > 1.0) == grows, (target, alpha)
+        assert (alpha > agent.cfg.init_alpha) == grows, (target, alpha)
 
 
 def test_fixed_alpha_is_not_learned():
@@ -150,3 +150,29 @@ def test_seeded_updates_are_reproducible():
 
     assert torch.equal(run(), run())
     assert math.isfinite(run().sum().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_update_and_act_on_cuda():
+    agent = SAC(SACConfig(precision="auto"), SPEC, 2, device="cuda")
+    batch = _batch()
+    to = lambda d: {k: v.cuda() for k, v in d.items()}  # noqa: E731
+    batch = type(batch)(
+        to(batch.obs), batch.action.cuda(), batch.reward.cuda(), batch.discount.cuda(), to(batch.next_obs)
+    )
+    metrics = agent.update(batch)
+    assert all(torch.isfinite(v) for v in metrics.values())
+    assert agent.act(to(_batch().obs)).device.type == "cuda"
+
+
+def test_bf16_mixed_precision_keeps_fp32_weights_and_q_heads():
+    agent = SAC(SACConfig(precision="bf16"), SPEC, 2)
+    metrics = agent.update(_batch())
+    assert all(p.dtype == torch.float32 for p in agent.parameters())
+    with agent._autocast():
+        q = agent.critic(torch.randn(4, 10))
+    assert q.dtype == torch.float32
+    assert all(torch.isfinite(v) for v in metrics.values())
+    with pytest.raises(ValueError, match=r"agent\.precision"):
+        SAC(SACConfig(precision="fp8"), SPEC, 2)

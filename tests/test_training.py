@@ -29,7 +29,7 @@ def _compose(*overrides):
 def test_config_errors_name_the_key_or_list_the_options():
     with pytest.raises(MissingConfigException, match=r"(?s)agent/ppo.*Available options.*sac"):
         _compose("agent=ppo")
-    with pytest.raises(MissingConfigException, match=r"(?s)task/nope.*Available options.*gym"):
+    with pytest.raises(MissingConfigException, match=r"(?s)task/nope.*Available options.*gym.*panda_reach"):
         _compose("task=nope")
     with pytest.raises(ConfigCompositionException) as err:
         _compose("agent.batch_sise=64")
@@ -39,7 +39,7 @@ def test_config_errors_name_the_key_or_list_the_options():
     assert "total_steps" in str(err.value.__cause__)
     with pytest.raises(ValueError, match="eval_episodes must be >= 1"):
         to_train_config(_compose("eval_episodes=0"))
-    cfg = to_train_config(_compose("task.env_id=HalfCheetah-v5", "agent.num_critics=4"))
+    cfg = to_train_config(_compose("task=gym", "task.env_id=HalfCheetah-v5", "agent.num_critics=4"))
     assert cfg.task.env_id == "HalfCheetah-v5" and cfg.agent.num_critics == 4
 
 
@@ -134,6 +134,7 @@ def test_sac_learns_pendulum(tmp_path):
     """Mean return over 10 deterministic evaluation episodes passes -300 within 5000 env steps."""
     cfg = to_train_config(
         _compose(
+            "task=gym",
             "seed=3",
             "total_steps=5000",
             "learning_starts=500",
@@ -151,3 +152,38 @@ def test_sac_learns_pendulum(tmp_path):
     evals = read_metrics(Path(tmp_path) / "metrics.csv")["eval/return"]
     assert evals[0][1] < -700, evals  # it starts out unable to swing up ...
     assert max(v for _, v in evals) > -300, evals  # ... and learns to
+
+
+def test_default_job_runs_panda_reach(tmp_path):
+    """The README's main job (defaults: SAC on panda_reach), shortened: every artifact appears."""
+    run_module(
+        "robotrl.train",
+        "total_steps=300",
+        "learning_starts=100",
+        "eval_interval=300",
+        "eval_episodes=1",
+        "agent.batch_size=32",
+        "progress=false",
+        f"hydra.run.dir={tmp_path}",
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["env_steps"] == 300 and "eval/success" in summary
+    assert (tmp_path / "videos" / "eval_step_000000300.mp4").stat().st_size > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sac_learns_panda_reach(tmp_path):
+    """The default job's claim, shortened: >= 90% success on panda_reach well inside 20k env steps."""
+    cfg = to_train_config(
+        _compose(
+            "total_steps=10000",
+            "eval_interval=100000",
+            "eval_episodes=20",
+            "checkpoint_interval=100000",
+            "progress=false",
+            "video=false",
+        )
+    )
+    summary = train(cfg, Path(tmp_path))
+    assert summary["eval/success"] >= 0.9, summary

@@ -31,7 +31,7 @@ class SACConfig:
     batch_size: int = 256
     utd_ratio: int = 1  # gradient updates per env step
     actor_update_interval: int = 1  # critic updates per actor update
-    init_alpha: float = 1.0
+    init_alpha: float = 0.1  # as DrQ/DrQ-v2; 1.0 (SB3's) swamps small per-step rewards for thousands of steps
     learn_alpha: bool = True
     target_entropy: float | None = None  # None: -action_dim
     log_std_min: float = -5.0
