@@ -18,11 +18,10 @@ from robotrl.tasks.configs import ArmTaskConfig
 from robotrl.tasks.controllers import ArmController
 
 from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs, StepResult
+from robotrl.runtime.env import Obs, StepResult, check_action
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 BACKENDS = ("mujoco",)
-_ACTION_TOLERANCE = 1e-6
 
 
 def make_backend(kind: str, xml: Path, num_envs: int) -> SimBackend:
@@ -118,19 +117,8 @@ class TaskVecEnv:
         self._t.zero_()
         return self.task.observe()
 
-    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
-        if not isinstance(action, torch.Tensor) or tuple(action.shape) != (self.num_envs, self.action_dim):
-            shape = list(action.shape) if isinstance(action, torch.Tensor) else type(action).__name__
-            raise ValueError(f"{self.name}: action must have shape [{self.num_envs}, {self.action_dim}], got {shape}")
-        action = action.detach().to("cpu", torch.float32)
-        if not torch.isfinite(action).all():
-            raise ValueError(f"{self.name}: non-finite action {action.tolist()}")
-        if (action.abs() > 1.0 + _ACTION_TOLERANCE).any():
-            raise ValueError(f"{self.name}: action outside [-1, 1]: {action.tolist()}")
-        return action
-
     def step(self, action: torch.Tensor) -> StepResult:
-        self.task.apply_action(self._check_action(action))
+        self.task.apply_action(check_action(self.name, action, self.num_envs, self.action_dim))
         self.task.backend.step(self.task.cfg.control_substeps)
         self._t += 1
         next_obs = self.task.observe()

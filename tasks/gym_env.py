@@ -13,15 +13,13 @@ import torch
 from robotrl.tasks.configs import GymTaskConfig
 
 from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs, StepResult
+from robotrl.runtime.env import Obs, StepResult, check_action
 
 # Headless rendering: EGL needs no display and no extra packages on these machines.
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 import gymnasium as gym
-
-_ACTION_TOLERANCE = 1e-6
 
 
 def _make_one(cfg: GymTaskConfig, render: bool) -> gym.Env:
@@ -107,17 +105,6 @@ class GymVecEnv:
                 return bool(info[key])
         return False
 
-    def _check_action(self, action: torch.Tensor) -> np.ndarray:
-        if not isinstance(action, torch.Tensor) or tuple(action.shape) != (self.num_envs, self.action_dim):
-            shape = list(action.shape) if isinstance(action, torch.Tensor) else type(action).__name__
-            raise ValueError(f"{self.name}: action must have shape [{self.num_envs}, {self.action_dim}], got {shape}")
-        act = action.detach().to("cpu", torch.float64).numpy()
-        if not np.all(np.isfinite(act)):
-            raise ValueError(f"{self.name}: non-finite action {act.tolist()}")
-        if np.any(np.abs(act) > 1.0 + _ACTION_TOLERANCE):
-            raise ValueError(f"{self.name}: action outside [-1, 1]: {act.tolist()}")
-        return act
-
     # -- VecEnv ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> Obs:
         per_env = []
@@ -127,7 +114,8 @@ class GymVecEnv:
         return self._stack(per_env)
 
     def step(self, action: torch.Tensor) -> StepResult:
-        act = self._low + (self._check_action(action) + 1.0) * self._scale
+        checked = check_action(self.name, action, self.num_envs, self.action_dim).double().numpy()
+        act = self._low + (checked + 1.0) * self._scale
         next_obs, reset_obs = [], []
         reward = np.empty(self.num_envs, dtype=np.float32)
         terminated = np.zeros(self.num_envs, dtype=bool)

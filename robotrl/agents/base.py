@@ -39,8 +39,8 @@ class Agent(nn.Module, ABC):
         return next(self.parameters()).device
 
 
-def make_adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
-    """Adam with the fused kernel where this torch build has one for the device (one launch per step)."""
+def make_adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel where this torch build has one (one launch per step), else foreach."""
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except (RuntimeError, TypeError):

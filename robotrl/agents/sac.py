@@ -96,7 +96,7 @@ class SAC(Agent):
         ]
         if cfg.learn_alpha:
             groups.append({"params": [self.log_alpha], "lr": cfg.alpha_lr})
-        self.optimizer = make_adam(groups, cfg.critic_lr, dev)
+        self.optimizer = make_adam(groups, cfg.critic_lr)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.target_critic.parameters())
         self.num_updates = 0

@@ -6,6 +6,7 @@ makes an N-critic SAC cost about as many kernel launches as a single critic.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -25,35 +26,29 @@ def full_precision(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return layer(x.float())
 
 
+def _hidden_stack(linear, in_dim: int, hidden: Sequence[int], layer_norm: bool) -> tuple[nn.Sequential, int]:
+    """Linear -> (LayerNorm) -> ReLU for each width; returns the stack and its output width."""
+    layers: list[nn.Module] = []
+    last = in_dim
+    for width in hidden:
+        layers.append(linear(last, width))
+        if layer_norm:
+            layers.append(nn.LayerNorm(width))
+        layers.append(nn.ReLU())
+        last = width
+    return nn.Sequential(*layers), last
+
+
 class MLP(nn.Module):
     """ReLU MLP with a float32 output layer; with `layer_norm`, hidden layers are Linear-LayerNorm-ReLU."""
 
     def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False):
         super().__init__()
-        layers: list[nn.Module] = []
-        last = in_dim
-        for width in hidden:
-            layers.append(nn.Linear(last, width))
-            if layer_norm:
-                layers.append(nn.LayerNorm(width))
-            layers.append(nn.ReLU())
-            last = width
-        self.hidden = nn.Sequential(*layers)
+        self.hidden, last = _hidden_stack(nn.Linear, in_dim, hidden, layer_norm)
         self.head = nn.Linear(last, out_dim)
 
-    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
-        """[N, B, out_dim]; with `frozen`, no weight receives a gradient (only the input does)."""
-        if not frozen:
-            return full_precision(self.head, self.hidden(x))
-        for layer in self.hidden:
-            if isinstance(layer, EnsembleLinear):
-                x = layer(x, frozen=True)
-            elif isinstance(layer, nn.LayerNorm):
-                x = F.layer_norm(x, layer.normalized_shape, layer.weight.detach(), layer.bias.detach(), layer.eps)
-            else:
-                x = layer(x)
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            return self.head(x.float(), frozen=True)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return full_precision(self.head, self.hidden(x))
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> MLP:
@@ -95,15 +90,9 @@ class EnsembleMLP(nn.Module):
         super().__init__()
         if num_members < 1:
             raise ValueError(f"an ensemble needs at least one member, got num_members={num_members}")
-        layers: list[nn.Module] = []
-        last = in_dim
-        for width in hidden:
-            layers.append(EnsembleLinear(num_members, last, width))
-            if layer_norm:
-                layers.append(nn.LayerNorm(width))  # shared affine across members, as in DroQ/RLPD
-            layers.append(nn.ReLU())
-            last = width
-        self.hidden = nn.Sequential(*layers)
+        # LayerNorm's affine parameters are shared across members, as in DroQ/RLPD.
+        linear = functools.partial(EnsembleLinear, num_members)
+        self.hidden, last = _hidden_stack(linear, in_dim, hidden, layer_norm)
         self.head = EnsembleLinear(num_members, last, out_dim)
         self.num_members = num_members
 

@@ -45,3 +45,23 @@ class VecEnv(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+ACTION_TOLERANCE = 1e-6
+
+
+def check_action(env_name: str, action: torch.Tensor, num_envs: int, action_dim: int) -> torch.Tensor:
+    """The action as float32 on the CPU, or ValueError naming the env and the bad value.
+
+    Wrong shapes, NaN/inf and values outside [-1, 1] are rejected, never clipped: clipping is the safety
+    shield's decision, and a silent clip would hide a broken policy.
+    """
+    if not isinstance(action, torch.Tensor) or tuple(action.shape) != (num_envs, action_dim):
+        shape = list(action.shape) if isinstance(action, torch.Tensor) else type(action).__name__
+        raise ValueError(f"{env_name}: action must have shape [{num_envs}, {action_dim}], got {shape}")
+    action = action.detach().to("cpu", torch.float32)
+    if not torch.isfinite(action).all():
+        raise ValueError(f"{env_name}: non-finite action {action.tolist()}")
+    if (action.abs() > 1.0 + ACTION_TOLERANCE).any():
+        raise ValueError(f"{env_name}: action outside [-1, 1]: {action.tolist()}")
+    return action
