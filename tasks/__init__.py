@@ -6,7 +6,10 @@ from typing import Any
 
 from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig
 
-ARM_TASKS = {"panda_reach": "robotrl.tasks.panda_reach:PandaReach"}
+ARM_TASKS = {
+    "panda_reach": "robotrl.tasks.panda_reach:PandaReach",
+    "panda_pick_cube": "robotrl.tasks.panda_pick_cube:PandaPickCube",
+}
 TASK_CONFIGS: dict[str, type] = {"gym": GymTaskConfig, **{name: ArmTaskConfig for name in ARM_TASKS}}
 
 

@@ -35,14 +35,17 @@ def make_backend(kind: str, xml: Path, num_envs: int) -> SimBackend:
 class ArmTask(ABC):
     robot_name = "panda"
     scene: str
+    default_episode_steps = 50
 
     def __init__(self, cfg: ArmTaskConfig, num_envs: int):
         if cfg.reward not in ("dense", "sparse"):
             raise ValueError(f"task.reward must be dense or sparse, got {cfg.reward!r}")
-        for key in ("episode_steps", "control_substeps"):
-            if getattr(cfg, key) < 1:
-                raise ValueError(f"task.{key} must be >= 1, got {getattr(cfg, key)}")
+        if cfg.control_substeps < 1:
+            raise ValueError(f"task.control_substeps must be >= 1, got {cfg.control_substeps}")
+        if cfg.episode_steps is not None and cfg.episode_steps < 1:
+            raise ValueError(f"task.episode_steps must be >= 1, got {cfg.episode_steps}")
         self.cfg = cfg
+        self.episode_steps = cfg.episode_steps or self.default_episode_steps
         self.num_envs = num_envs
         self.robot = load_robot_spec(self.robot_name)
         self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs)
@@ -57,9 +60,11 @@ class ArmTask(ABC):
         self.arm_actuators = tuple(f"act{i + 1}" for i in range(len(self.robot.arm_joints)))
         self.generator = torch.Generator()
 
+    has_gripper = False  # tasks that use the gripper add one action: -1 fully open, +1 closed
+
     @property
     def action_dim(self) -> int:
-        return self.controller.action_dim
+        return self.controller.action_dim + int(self.has_gripper)
 
     @property
     @abstractmethod
@@ -83,7 +88,12 @@ class ArmTask(ABC):
 
     def apply_action(self, action: torch.Tensor) -> None:
         self._arm_targets = self.controller.joint_targets(action[:, : self.controller.action_dim])
-        self.backend.set_actuators(self.arm_actuators, self._arm_targets)
+        if not self.has_gripper:
+            self.backend.set_actuators(self.arm_actuators, self._arm_targets)
+            return
+        gripper = self.robot.gripper
+        finger = gripper.open + (action[:, -1:] + 1.0) * 0.5 * (gripper.closed - gripper.open)
+        self.backend.set_actuators((*self.arm_actuators, "gripper"), torch.cat([self._arm_targets, finger], -1))
 
     @abstractmethod
     def reset_scene(self, env_ids: torch.Tensor) -> None:
@@ -123,7 +133,7 @@ class TaskVecEnv:
         self._t += 1
         next_obs = self.task.observe()
         reward, success, terminated = self.task.evaluate()
-        truncated = (self._t >= self.task.cfg.episode_steps) & ~terminated
+        truncated = (self._t >= self.task.episode_steps) & ~terminated
         done = terminated | truncated
         obs = next_obs
         if done.any():

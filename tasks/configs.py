@@ -27,7 +27,7 @@ class ArmTaskConfig:
     control: str = "ee_delta"  # ee_delta | joint_delta | joint_position
     relative_frame: bool = False  # ee_delta actions and positions in the episode's start frame
     reward: str = "dense"  # dense | sparse
-    episode_steps: int = 50
+    episode_steps: int | None = None  # None: the task's own default (reach 50, pick 100)
     control_substeps: int = 20  # physics steps per control step (0.002 s each: 25 Hz control)
     max_ee_step: float = 0.05  # metres per control step at |action| = 1
     max_joint_step: float = 0.1  # radians per control step at |action| = 1 (joint_delta)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from robotrl.tasks.configs import ArmTaskConfig
 
-GYM_IDS = {"panda_reach": "robotrl/PandaReach-v0"}
+GYM_IDS = {"panda_reach": "robotrl/PandaReach-v0", "panda_pick_cube": "robotrl/PandaPickCube-v0"}
 
 
 class TaskGymEnv(gym.Env):

@@ -34,7 +34,7 @@ def test_reset_and_step_contract():
     result = env.step(torch.zeros(3, 3))
     assert result.reward.shape == (3,) and result.success.dtype == torch.bool
     assert not result.terminated.any() and not result.truncated.any()
-    for _ in range(env.task.cfg.episode_steps - 1):
+    for _ in range(env.task.episode_steps - 1):
         result = env.step(torch.zeros(3, 3))
     assert result.truncated.all()  # time limit at episode_steps
     assert not torch.equal(result.obs["target"], result.next_obs["target"])  # auto-reset drew new targets
@@ -72,12 +72,12 @@ def test_scripted_expert_succeeds_and_random_actions_rarely_do():
     for episode in range(20):
         env.reset(seed=episode)
         won = False
-        for _ in range(task.cfg.episode_steps):
+        for _ in range(task.episode_steps):
             won |= bool(env.step(task.expert_action()).success[0])
         expert_wins += won
         env.reset(seed=100 + episode)
         won = False
-        for _ in range(task.cfg.episode_steps):
+        for _ in range(task.episode_steps):
             won |= bool(env.step(torch.rand(1, 3, generator=generator) * 2 - 1).success[0])
         random_wins += won
     assert expert_wins >= 19
@@ -135,3 +135,40 @@ def test_gymnasium_registration_and_pixels_from_the_front_camera():
     frame = vec.render()
     assert frame.shape == (64, 96, 3) and frame.dtype == np.uint8 and frame.std() > 5
     vec.close()
+
+
+def test_pick_cube_expert_lifts_the_cube_and_random_actions_do_not():
+    env = _env(name="panda_pick_cube")
+    task = env.task
+    assert env.action_dim == 4 and task.episode_steps == 100
+    expert_wins = random_wins = 0
+    generator = torch.Generator().manual_seed(1)
+    for episode in range(10):
+        env.reset(seed=episode)
+        won = False
+        for _ in range(task.episode_steps):
+            won |= bool(env.step(task.expert_action()).success[0])
+        expert_wins += won
+        env.reset(seed=50 + episode)
+        won = False
+        for _ in range(task.episode_steps):
+            won |= bool(env.step(torch.rand(1, 4, generator=generator) * 2 - 1).success[0])
+        random_wins += won
+    assert expert_wins >= 10 * 0.95
+    assert random_wins == 0
+
+
+def test_pick_cube_success_needs_a_grasp_not_just_height():
+    env = _env(name="panda_pick_cube")
+    env.reset(seed=0)
+    task = env.task
+    # teleport the cube into the air, away from the fingers: high but not held
+    task.backend.set_free_body_pose(
+        torch.tensor([0]), "cube", torch.tensor([[0.5, 0.2, 0.3]]), torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    )
+    task.backend.forward()
+    _, success, _ = task.evaluate()
+    assert not success.any()
+    gym_env = gym.make("robotrl/PandaPickCube-v0")
+    obs, _ = gym_env.reset(seed=0)
+    assert obs["cube_pos"].shape == (3,) and gym_env.action_space.shape == (4,)

@@ -1,0 +1,116 @@
+"""panda_pick_cube: grasp a cube from the table and lift it to a target height.
+
+Action: [dx, dy, dz, gripper] in [-1, 1]; gripper -1 opens fully, +1 closes. Success: the cube is at
+least `lift_height` above the table and held between the fingers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from robotrl.tasks.arm_task import ArmTask
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.env import Obs
+
+CUBE_HALF = 0.02
+CUBE_XY_LOW = torch.tensor([0.40, -0.15])
+CUBE_XY_HIGH = torch.tensor([0.60, 0.15])
+LIFT_HEIGHT = 0.10
+FINGER_PADS = ("left_pad", "right_pad")
+
+
+class PandaPickCube(ArmTask):
+    scene = "panda_pick_cube.xml"
+    has_gripper = True
+    default_episode_steps = 100
+
+    def __init__(self, cfg, num_envs: int):
+        super().__init__(cfg, num_envs)
+        self._phase = torch.zeros(num_envs, dtype=torch.long)  # scripted expert's phase per env
+        self._phase_steps = torch.zeros(num_envs, dtype=torch.long)
+
+    @property
+    def obs_spec(self) -> dict[str, TensorSpec]:
+        n = len(self.robot.arm_joints)
+        return {
+            "arm_qpos": TensorSpec((n,)),
+            "arm_qvel": TensorSpec((n,)),
+            "gripper": TensorSpec((1,)),
+            "ee_pos": TensorSpec((3,)),
+            "cube_pos": TensorSpec((3,)),
+            "cube_quat": TensorSpec((4,)),
+            "to_cube": TensorSpec((3,)),
+        }
+
+    def reset_scene(self, env_ids: torch.Tensor) -> None:
+        k = len(env_ids)
+        xy = CUBE_XY_LOW + torch.rand(k, 2, generator=self.generator) * (CUBE_XY_HIGH - CUBE_XY_LOW)
+        pos = torch.cat([xy, torch.full((k, 1), CUBE_HALF)], -1)
+        yaw = (torch.rand(k, generator=self.generator) * 2 - 1) * math.radians(20)
+        quat = torch.stack([torch.cos(yaw / 2), torch.zeros(k), torch.zeros(k), torch.sin(yaw / 2)], -1)
+        self.backend.set_free_body_pose(env_ids, "cube", pos, quat)
+        self.backend.set_mocap_pos(env_ids, "target", pos + torch.tensor([0.0, 0.0, LIFT_HEIGHT]))
+        self._phase[env_ids] = 0
+        self._phase_steps[env_ids] = 0
+
+    def ee_pos(self) -> torch.Tensor:
+        return self.backend.site_pose(self.robot.end_effector_site)[0]
+
+    def finger_opening(self) -> torch.Tensor:
+        return self.backend.joint_pos(self.robot.gripper.joints[:1])
+
+    def observe(self) -> Obs:
+        ee = self.ee_pos()
+        cube_pos, cube_quat = self.backend.body_pose("cube")
+        return {
+            "arm_qpos": self.backend.joint_pos(self.robot.arm_joints),
+            "arm_qvel": self.backend.joint_vel(self.robot.arm_joints),
+            "gripper": self.finger_opening() / self.robot.gripper.open,
+            "ee_pos": ee,
+            "cube_pos": cube_pos,
+            "cube_quat": cube_quat,
+            "to_cube": cube_pos - ee,
+        }
+
+    def evaluate(self):
+        cube_pos, _ = self.backend.body_pose("cube")
+        ee = self.ee_pos()
+        grasped = self.backend.in_contact(FINGER_PADS[:1], ("cube",)) & self.backend.in_contact(
+            FINGER_PADS[1:], ("cube",)
+        )
+        height = cube_pos[:, 2] - CUBE_HALF
+        success = (height >= LIFT_HEIGHT) & grasped
+        if self.cfg.reward == "sparse":
+            reward = success.float() - 1.0
+        else:  # staged: reach the cube, hold it, lift it
+            reach = 1.0 - torch.tanh(10.0 * (cube_pos - ee).norm(dim=-1))
+            lift = grasped.float() * (1.0 + 4.0 * (height / LIFT_HEIGHT).clamp(0.0, 1.0))
+            reward = (reach + lift + 5.0 * success.float()) / 10.0
+        return reward, success, torch.zeros_like(success)
+
+    def expert_action(self) -> torch.Tensor:
+        """Scripted expert: above the cube -> down -> close -> lift. Keeps a phase per env."""
+        cube_pos, _ = self.backend.body_pose("cube")
+        ee = self.ee_pos()
+        target = cube_pos.clone()
+        grip = torch.full((self.num_envs,), -1.0)
+        phase = self._phase
+        above = cube_pos + torch.tensor([0.0, 0.0, 0.08])
+        # phase 0: go above the cube; 1: descend; 2: close for a few steps; 3: lift
+        target[phase == 0] = above[phase == 0]
+        grip[phase >= 2] = 1.0
+        lift = cube_pos.clone()
+        lift[:, 2] = CUBE_HALF + LIFT_HEIGHT + 0.03
+        target[phase == 3] = lift[phase == 3]
+        error = target - ee
+        self._phase_steps += 1
+        advance = torch.zeros_like(phase, dtype=torch.bool)
+        advance |= (phase == 0) & (error.norm(dim=-1) < 0.01)
+        advance |= (phase == 1) & (error.norm(dim=-1) < 0.006)
+        advance |= (phase == 2) & (self._phase_steps >= 6)
+        self._phase = torch.where(advance, phase + 1, phase)
+        self._phase_steps = torch.where(advance, torch.zeros_like(self._phase_steps), self._phase_steps)
+        delta = (error / self.cfg.max_ee_step).clamp(-1.0, 1.0)
+        return torch.cat([delta, grip.unsqueeze(-1)], -1)
