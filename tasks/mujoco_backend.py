@@ -129,16 +129,19 @@ class MujocoBackend(SimBackend):
         return torch.from_numpy(out).float()
 
     def in_contact(self, geoms_a, geoms_b):
-        a = set(self._ids(mujoco.mjtObj.mjOBJ_GEOM, tuple(geoms_a), "geom").tolist())
-        b = set(self._ids(mujoco.mjtObj.mjOBJ_GEOM, tuple(geoms_b), "geom").tolist())
-        out = torch.zeros(self.num_envs, dtype=torch.bool)
+        in_a, in_b = self._geom_mask(tuple(geoms_a)), self._geom_mask(tuple(geoms_b))
+        out = np.zeros(self.num_envs, dtype=bool)
         for k, d in enumerate(self.datas):
-            for c in d.contact[: d.ncon]:
-                g1, g2 = int(c.geom1), int(c.geom2)
-                if (g1 in a and g2 in b) or (g1 in b and g2 in a):
-                    out[k] = True
-                    break
-        return out
+            pairs = d.contact.geom[: d.ncon]  # [ncon, 2], one array view (no per-contact objects)
+            g1, g2 = pairs[:, 0], pairs[:, 1]
+            out[k] = bool(np.any((in_a[g1] & in_b[g2]) | (in_b[g1] & in_a[g2])))
+        return torch.from_numpy(out)
+
+    @cache  # noqa: B019
+    def _geom_mask(self, geoms: tuple[str, ...]) -> np.ndarray:
+        mask = np.zeros(self.model.ngeom, dtype=bool)
+        mask[self._ids(mujoco.mjtObj.mjOBJ_GEOM, geoms, "geom")] = True
+        return mask
 
     def render(self, camera, width, height):
         if self._renderer is None or (self._renderer.width, self._renderer.height) != (width, height):
