@@ -22,6 +22,7 @@ from robotrl.runtime.env import Obs, StepResult, check_action
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 BACKENDS = ("mujoco",)
+OBS_MODES = ("state", "pixels", "state+pixels")
 
 
 def make_backend(kind: str, xml: Path, num_envs: int) -> SimBackend:
@@ -44,6 +45,13 @@ class ArmTask(ABC):
             raise ValueError(f"task.control_substeps must be >= 1, got {cfg.control_substeps}")
         if cfg.episode_steps is not None and cfg.episode_steps < 1:
             raise ValueError(f"task.episode_steps must be >= 1, got {cfg.episode_steps}")
+        if cfg.obs not in OBS_MODES:
+            raise ValueError(f"task.obs must be one of {', '.join(OBS_MODES)}, got {cfg.obs!r}")
+        if cfg.obs != "state":
+            if not 64 <= cfg.image_size <= 128:
+                raise ValueError(f"task.image_size must be within 64..128, got {cfg.image_size}")
+            if not cfg.cameras:
+                raise ValueError(f"task.obs={cfg.obs} needs at least one camera in task.cameras")
         self.cfg = cfg
         self.episode_steps = cfg.episode_steps or self.default_episode_steps
         self.num_envs = num_envs
@@ -115,9 +123,27 @@ class TaskVecEnv:
         self.name = task.cfg.name
         self.num_envs = task.num_envs
         self.action_dim = task.action_dim
-        self.obs_spec = task.obs_spec
+        self.obs_spec = self._obs_spec()
         self.has_success = True
         self._t = torch.zeros(self.num_envs, dtype=torch.long)
+
+    def _obs_spec(self) -> dict[str, TensorSpec]:
+        cfg = self.task.cfg
+        spec = dict(self.task.obs_spec) if cfg.obs != "pixels" else {}
+        if cfg.obs != "state":
+            for camera in cfg.cameras:
+                spec[f"pixels_{camera}"] = TensorSpec((3, cfg.image_size, cfg.image_size), torch.uint8)
+        return spec
+
+    def _observe(self) -> Obs:
+        """The task's state observation and/or camera images ([E, 3, H, W] uint8, one key per camera)."""
+        cfg = self.task.cfg
+        obs = self.task.observe() if cfg.obs != "pixels" else {}
+        if cfg.obs != "state":
+            for camera in cfg.cameras:
+                frames = self.task.backend.render(camera, cfg.image_size, cfg.image_size)
+                obs[f"pixels_{camera}"] = frames.permute(0, 3, 1, 2).contiguous()
+        return obs
 
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
@@ -125,13 +151,13 @@ class TaskVecEnv:
         ids = torch.arange(self.num_envs)
         self.task.reset(ids)
         self._t.zero_()
-        return self.task.observe()
+        return self._observe()
 
     def step(self, action: torch.Tensor) -> StepResult:
         self.task.apply_action(check_action(self.name, action, self.num_envs, self.action_dim))
         self.task.backend.step(self.task.cfg.control_substeps)
         self._t += 1
-        next_obs = self.task.observe()
+        next_obs = self._observe()
         reward, success, terminated = self.task.evaluate()
         truncated = (self._t >= self.task.episode_steps) & ~terminated
         done = terminated | truncated
@@ -140,7 +166,7 @@ class TaskVecEnv:
             ids = done.nonzero().flatten()
             self.task.reset(ids)
             self._t[ids] = 0
-            obs = self.task.observe()
+            obs = self._observe()
         return StepResult(
             obs=obs, next_obs=next_obs, reward=reward, terminated=terminated, truncated=truncated, success=success
         )

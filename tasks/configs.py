@@ -32,6 +32,9 @@ class ArmTaskConfig:
     max_ee_step: float = 0.05  # metres per control step at |action| = 1
     max_joint_step: float = 0.1  # radians per control step at |action| = 1 (joint_delta)
     success_threshold: float = 0.05  # metres (as gymnasium-robotics Fetch)
-    render_width: int = 256
+    obs: str = "state"  # state | pixels | state+pixels
+    cameras: list[str] = field(default_factory=lambda: ["front"])  # pixel observation cameras: front, wrist
+    image_size: int = 84  # square pixel observations, 64 to 128
+    render_width: int = 256  # videos
     render_height: int = 256
-    camera: str = "front"
+    camera: str = "front"  # video camera

@@ -28,7 +28,12 @@ class TaskGymEnv(gym.Env):
         self.render_mode = render_mode
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self._env.action_dim,), np.float32)
         self.observation_space = gym.spaces.Dict(
-            {k: gym.spaces.Box(-np.inf, np.inf, s.shape, np.float32) for k, s in self._env.obs_spec.items()}
+            {
+                k: gym.spaces.Box(0, 255, s.shape, np.uint8)
+                if s.dtype == torch.uint8
+                else gym.spaces.Box(-np.inf, np.inf, s.shape, np.float32)
+                for k, s in self._env.obs_spec.items()
+            }
         )
         self._obs = None
 

@@ -172,3 +172,24 @@ def test_pick_cube_success_needs_a_grasp_not_just_height():
     gym_env = gym.make("robotrl/PandaPickCube-v0")
     obs, _ = gym_env.reset(seed=0)
     assert obs["cube_pos"].shape == (3,) and gym_env.action_space.shape == (4,)
+
+
+def test_pixel_observations_from_several_cameras_next_to_state():
+    env = _env(name="panda_pick_cube", obs="state+pixels", cameras=["front", "wrist"], image_size=64)
+    obs = env.reset(seed=0)
+    for camera in ("front", "wrist"):
+        image = obs[f"pixels_{camera}"]
+        assert image.shape == (1, 3, 64, 64) and image.dtype == torch.uint8 and image.float().std() > 5
+        assert env.obs_spec[f"pixels_{camera}"].shape == (3, 64, 64)
+    assert "cube_pos" in obs
+    result = env.step(torch.zeros(1, 4))
+    assert result.next_obs["pixels_wrist"].shape == (1, 3, 64, 64)
+    pixels_only = _env(obs="pixels", image_size=96)
+    assert set(pixels_only.reset(seed=0)) == {"pixels_front"}
+    gym_env = gym.make("robotrl/PandaPickCube-v0", obs="pixels")
+    gym_obs, _ = gym_env.reset(seed=0)
+    assert gym_env.observation_space.contains(gym_obs)
+    with pytest.raises(ValueError, match=r"task\.image_size"):
+        _env(obs="pixels", image_size=32)
+    with pytest.raises(ValueError, match=r"task\.obs"):
+        _env(obs="depth")
