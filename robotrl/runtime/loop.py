@@ -119,7 +119,6 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     episodes = EpisodeStats(cfg.num_envs)
     progress = Progress(cfg.total_steps, counters["env_step"], enabled=cfg.progress)
     eval_env = None
-    final_eval: dict[str, float] = {}
 
     def run_eval(step: int, video: bool) -> dict[str, float]:
         nonlocal eval_env
