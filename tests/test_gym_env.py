@@ -94,3 +94,21 @@ def test_mujoco_env_renders_headless():
     frame = env.render()
     assert frame.shape == (48, 64, 3) and frame.dtype == np.uint8 and frame.std() > 0
     env.close()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "keys"),
+    [
+        ("FetchPickAndPlace-v4", {"observation", "achieved_goal", "desired_goal"}),
+        ("AdroitHandDoor-v1", {"state"}),
+        ("HandManipulateBlock-v1", {"observation", "achieved_goal", "desired_goal"}),
+    ],
+)
+def test_gymnasium_robotics_fetch_adroit_and_shadow_hand(env_id, keys):
+    pytest.importorskip("gymnasium_robotics")
+    env = make_env(GymTaskConfig(env_id=env_id))
+    obs = env.reset(seed=0)
+    assert set(obs) == keys and all(v.dtype == torch.float32 for v in obs.values())
+    result = env.step(torch.zeros(1, env.action_dim))
+    assert env.has_success and result.success.shape == (1,)
+    env.close()
