@@ -126,8 +126,8 @@ def measure(args, precision: str, updates: int, warmup: int, steps: int) -> dict
 
 def main() -> None:
     args = parse_args(__doc__)
-    updates = 100 if args.quick else 2_000
-    warmup, steps = (200, 250) if args.quick else (2_000, 6_000)
+    updates = 60 if args.quick else 2_000
+    warmup, steps = (150, 150) if args.quick else (2_000, 6_000)
     # Headline figures use the default precision (fp32); bf16 mixed precision is reported beside them.
     figures = {"threads": args.threads, "updates_timed": updates, "precision": "fp32"}
     figures.update(measure(args, "fp32", updates, warmup, steps))
