@@ -139,6 +139,9 @@ class TaskVecEnv:
         """The task's state observation and/or camera images ([E, 3, H, W] uint8, one key per camera)."""
         cfg = self.task.cfg
         obs = self.task.observe() if cfg.obs != "pixels" else {}
+        for key, value in obs.items():
+            if not torch.isfinite(value).all():  # a diverged simulation must not reach a policy or a buffer
+                raise FloatingPointError(f"{self.name}: observation[{key!r}] is not finite: {value.tolist()}")
         if cfg.obs != "state":
             for camera in cfg.cameras:
                 frames = self.task.backend.render(camera, cfg.image_size, cfg.image_size)

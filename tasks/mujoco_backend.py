@@ -15,6 +15,16 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco
 
+_UNSTABLE = tuple(
+    int(w)
+    for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
+)
+
+
+def _instability_count(data) -> int:
+    return sum(int(data.warning[w].number) for w in _UNSTABLE)
+
+
 _HINGE_OR_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 
 
@@ -96,8 +106,16 @@ class MujocoBackend(SimBackend):
             data.ctrl[ids] = row
 
     def step(self, substeps: int) -> None:
-        for data in self.datas:
+        for i, data in enumerate(self.datas):
+            before = _instability_count(data)
             mujoco.mj_step(self.model, data, nstep=substeps)
+            if _instability_count(data) != before:
+                # MuJoCo resets a diverged MjData to its initial state and carries on; a silent teleport
+                # would reach the policy and the replay buffer as if it were physics.
+                raise FloatingPointError(
+                    f"MuJoCo simulation of env {i} diverged (NaN/Inf or huge values in qpos, qvel or qacc) "
+                    f"at time {data.time:.3f} s; lower the timestep or the gains"
+                )
 
     def forward(self, env_ids=None) -> None:
         targets = range(self.num_envs) if env_ids is None else env_ids.tolist()

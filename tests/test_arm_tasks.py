@@ -193,3 +193,13 @@ def test_pixel_observations_from_several_cameras_next_to_state():
         _env(obs="pixels", image_size=32)
     with pytest.raises(ValueError, match=r"task\.obs"):
         _env(obs="depth")
+
+
+def test_a_diverged_simulation_is_reported_not_observed():
+    env = _env()
+    env.reset(seed=0)
+    task = env.task
+    nan_pose = torch.full((1, 7), float("nan"))
+    task.backend.set_joint_state(torch.tensor([0]), task.robot.arm_joints, nan_pose)
+    with pytest.raises(FloatingPointError, match="env 0 diverged"):
+        env.step(torch.zeros(1, 3))
