@@ -37,6 +37,7 @@ class ArmTask(ABC):
     robot_name = "panda"
     scene: str
     default_episode_steps = 50
+    has_gripper = False  # tasks that use the gripper add one action: -1 fully open, +1 closed
 
     def __init__(self, cfg: ArmTaskConfig, num_envs: int):
         if cfg.reward not in ("dense", "sparse"):
@@ -68,8 +69,6 @@ class ArmTask(ABC):
         self.arm_actuators = tuple(f"act{i + 1}" for i in range(len(self.robot.arm_joints)))
         self.generator = torch.Generator()
 
-    has_gripper = False  # tasks that use the gripper add one action: -1 fully open, +1 closed
-
     @property
     def action_dim(self) -> int:
         return self.controller.action_dim + int(self.has_gripper)
@@ -89,19 +88,30 @@ class ArmTask(ABC):
         self.reset_scene(env_ids)
         self.backend.forward(env_ids)
         self.controller.reset(env_ids)
-        # hold the reset pose: position targets equal the joint positions
-        targets = self.backend.joint_pos(self.robot.arm_joints)
-        self._arm_targets = targets if not hasattr(self, "_arm_targets") else self._arm_targets
-        self._arm_targets[env_ids] = targets[env_ids]
 
     def apply_action(self, action: torch.Tensor) -> None:
-        self._arm_targets = self.controller.joint_targets(action[:, : self.controller.action_dim])
+        arm_targets = self.controller.joint_targets(action[:, : self.controller.action_dim])
         if not self.has_gripper:
-            self.backend.set_actuators(self.arm_actuators, self._arm_targets)
+            self.backend.set_actuators(self.arm_actuators, arm_targets)
             return
         gripper = self.robot.gripper
         finger = gripper.open + (action[:, -1:] + 1.0) * 0.5 * (gripper.closed - gripper.open)
-        self.backend.set_actuators((*self.arm_actuators, "gripper"), torch.cat([self._arm_targets, finger], -1))
+        self.backend.set_actuators((*self.arm_actuators, "gripper"), torch.cat([arm_targets, finger], -1))
+
+    def ee_pos(self) -> torch.Tensor:
+        return self.backend.site_pose(self.robot.end_effector_site)[0]
+
+    def proprio_spec(self) -> dict[str, TensorSpec]:
+        """The arm's own entries, shared by every arm task's observation."""
+        n = len(self.robot.arm_joints)
+        return {"arm_qpos": TensorSpec((n,)), "arm_qvel": TensorSpec((n,)), "ee_pos": TensorSpec((3,))}
+
+    def proprio(self) -> Obs:
+        return {
+            "arm_qpos": self.backend.joint_pos(self.robot.arm_joints),
+            "arm_qvel": self.backend.joint_vel(self.robot.arm_joints),
+            "ee_pos": self.ee_pos(),
+        }
 
     @abstractmethod
     def reset_scene(self, env_ids: torch.Tensor) -> None:

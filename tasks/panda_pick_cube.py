@@ -33,12 +33,9 @@ class PandaPickCube(ArmTask):
 
     @property
     def obs_spec(self) -> dict[str, TensorSpec]:
-        n = len(self.robot.arm_joints)
         return {
-            "arm_qpos": TensorSpec((n,)),
-            "arm_qvel": TensorSpec((n,)),
+            **self.proprio_spec(),
             "gripper": TensorSpec((1,)),
-            "ee_pos": TensorSpec((3,)),
             "cube_pos": TensorSpec((3,)),
             "cube_quat": TensorSpec((4,)),
             "to_cube": TensorSpec((3,)),
@@ -55,24 +52,19 @@ class PandaPickCube(ArmTask):
         self._phase[env_ids] = 0
         self._phase_steps[env_ids] = 0
 
-    def ee_pos(self) -> torch.Tensor:
-        return self.backend.site_pose(self.robot.end_effector_site)[0]
-
     def finger_opening(self) -> torch.Tensor:
         return self.backend.joint_pos(self.robot.gripper.joints[:1])
 
     def observe(self) -> Obs:
-        ee = self.ee_pos()
+        obs = self.proprio()
         cube_pos, cube_quat = self.backend.body_pose("cube")
-        return {
-            "arm_qpos": self.backend.joint_pos(self.robot.arm_joints),
-            "arm_qvel": self.backend.joint_vel(self.robot.arm_joints),
-            "gripper": self.finger_opening() / self.robot.gripper.open,
-            "ee_pos": ee,
-            "cube_pos": cube_pos,
-            "cube_quat": cube_quat,
-            "to_cube": cube_pos - ee,
-        }
+        obs.update(
+            gripper=self.finger_opening() / self.robot.gripper.open,
+            cube_pos=cube_pos,
+            cube_quat=cube_quat,
+            to_cube=cube_pos - obs["ee_pos"],
+        )
+        return obs
 
     def evaluate(self):
         cube_pos, _ = self.backend.body_pose("cube")

@@ -15,37 +15,24 @@ TARGET_HIGH = torch.tensor([0.60, 0.25, 0.45])
 class PandaReach(ArmTask):
     scene = "panda_reach.xml"
 
+    def __init__(self, cfg, num_envs: int):
+        super().__init__(cfg, num_envs)
+        self.target = torch.zeros(num_envs, 3)
+
     @property
     def obs_spec(self) -> dict[str, TensorSpec]:
-        n = len(self.robot.arm_joints)
-        return {
-            "arm_qpos": TensorSpec((n,)),
-            "arm_qvel": TensorSpec((n,)),
-            "ee_pos": TensorSpec((3,)),
-            "target": TensorSpec((3,)),
-            "to_target": TensorSpec((3,)),
-        }
+        return {**self.proprio_spec(), "target": TensorSpec((3,)), "to_target": TensorSpec((3,))}
 
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         u = torch.rand(len(env_ids), 3, generator=self.generator)
         target = TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)
-        if not hasattr(self, "target"):
-            self.target = torch.zeros(self.num_envs, 3)
         self.target[env_ids] = target
         self.backend.set_mocap_pos(env_ids, "target", target)
 
-    def ee_pos(self) -> torch.Tensor:
-        return self.backend.site_pose(self.robot.end_effector_site)[0]
-
     def observe(self) -> Obs:
-        ee_pos = self.ee_pos()
-        return {
-            "arm_qpos": self.backend.joint_pos(self.robot.arm_joints),
-            "arm_qvel": self.backend.joint_vel(self.robot.arm_joints),
-            "ee_pos": ee_pos,
-            "target": self.target.clone(),
-            "to_target": self.target - ee_pos,
-        }
+        obs = self.proprio()
+        obs.update(target=self.target.clone(), to_target=self.target - obs["ee_pos"])
+        return obs
 
     def evaluate(self):
         distance = (self.ee_pos() - self.target).norm(dim=-1)
