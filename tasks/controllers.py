@@ -48,6 +48,8 @@ class ArmController:
             self.frame[env_ids] = quat_to_matrix(quat[env_ids])
 
     def joint_targets(self, action: torch.Tensor) -> torch.Tensor:
+        """Joint position targets within the position limits. Not rate-limited: in simulation the
+        position actuators' own dynamics bound the speed; on hardware the safety shield must."""
         joints = self.robot.arm_joints
         q = self.backend.joint_pos(joints)
         if self.kind == "joint_position":
@@ -56,6 +58,8 @@ class ArmController:
             target = q + action * self.max_joint_step
         else:
             target = q + self._ik_step(action)
+        if not torch.isfinite(target).all():
+            raise FloatingPointError(f"{self.kind} controller produced non-finite joint targets {target.tolist()}")
         return torch.maximum(torch.minimum(target, self.upper), self.lower)
 
     def _ik_step(self, action: torch.Tensor) -> torch.Tensor:

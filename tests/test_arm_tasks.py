@@ -201,5 +201,20 @@ def test_a_diverged_simulation_is_reported_not_observed():
     task = env.task
     nan_pose = torch.full((1, 7), float("nan"))
     task.backend.set_joint_state(torch.tensor([0]), task.robot.arm_joints, nan_pose)
+    with pytest.raises(FloatingPointError, match="non-finite joint targets"):
+        env.step(torch.zeros(1, 3))  # the controller refuses to command from a NaN state
+    task.backend.set_joint_state(torch.tensor([0]), task.robot.arm_joints, nan_pose)
     with pytest.raises(FloatingPointError, match="env 0 diverged"):
-        env.step(torch.zeros(1, 3))
+        task.backend.step(1)  # and MuJoCo's silent reset is turned into an error
+
+
+def test_joint_targets_stay_within_position_limits():
+    env = _env(control="joint_delta")
+    env.reset(seed=0)
+    task = env.task
+    robot, ids = task.robot, torch.tensor([0])
+    for limit, push in ((robot.position_upper, 1.0), (robot.position_lower, -1.0)):
+        near = limit - 0.01 * push  # one hundredth of a radian inside the limit, then push past it
+        task.backend.set_joint_state(ids, robot.arm_joints, near.unsqueeze(0))
+        target = task.controller.joint_targets(torch.full((1, 7), push))
+        assert torch.allclose(target, limit.unsqueeze(0))
