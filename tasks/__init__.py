@@ -8,7 +8,9 @@ from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig
 
 ARM_TASKS = {
     "panda_reach": "robotrl.tasks.panda_reach:PandaReach",
+    "panda_push": "robotrl.tasks.panda_push:PandaPush",
     "panda_pick_cube": "robotrl.tasks.panda_pick_cube:PandaPickCube",
+    "panda_peg_insert": "robotrl.tasks.panda_peg_insert:PandaPegInsert",
 }
 TASK_CONFIGS: dict[str, type] = {"gym": GymTaskConfig, **{name: ArmTaskConfig for name in ARM_TASKS}}
 

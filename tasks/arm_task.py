@@ -38,6 +38,7 @@ class ArmTask(ABC):
     scene: str
     default_episode_steps = 50
     has_gripper = False  # tasks that use the gripper add one action: -1 fully open, +1 closed
+    tool_orientation: torch.Tensor | None = None  # world quaternion to hold; None: the episode's start one
 
     def __init__(self, cfg: ArmTaskConfig, num_envs: int):
         if cfg.reward not in ("dense", "sparse"):
@@ -88,6 +89,8 @@ class ArmTask(ABC):
         self.reset_scene(env_ids)
         self.backend.forward(env_ids)
         self.controller.reset(env_ids)
+        if self.tool_orientation is not None:
+            self.controller.target_quat[env_ids] = self.tool_orientation
 
     def apply_action(self, action: torch.Tensor) -> None:
         arm_targets = self.controller.joint_targets(action[:, : self.controller.action_dim])

@@ -10,7 +10,12 @@ import numpy as np
 import torch
 from robotrl.tasks.configs import ArmTaskConfig
 
-GYM_IDS = {"panda_reach": "robotrl/PandaReach-v0", "panda_pick_cube": "robotrl/PandaPickCube-v0"}
+GYM_IDS = {
+    "panda_reach": "robotrl/PandaReach-v0",
+    "panda_push": "robotrl/PandaPush-v0",
+    "panda_pick_cube": "robotrl/PandaPickCube-v0",
+    "panda_peg_insert": "robotrl/PandaPegInsert-v0",
+}
 
 
 class TaskGymEnv(gym.Env):

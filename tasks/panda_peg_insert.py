@@ -1,0 +1,95 @@
+"""panda_peg_insert: put a square peg held in the hand into a square hole with 1 mm clearance per side.
+
+Contact-rich and precise, as in HIL-SERL's insertion tasks. The peg is held firmly (welded to the hand)
+and the tool keeps pointing straight down (the controller holds a fixed world orientation), so the action
+is [dx, dy, dz] in [-1, 1]. Success: the peg tip is at least `INSERT_DEPTH` below the hole's rim.
+"""
+
+from __future__ import annotations
+
+import torch
+from robotrl.tasks.arm_task import ArmTask
+from robotrl.tasks.rotations import quat_to_matrix
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.env import Obs
+
+HOLE_XY_LOW = torch.tensor([0.42, -0.15])
+HOLE_XY_HIGH = torch.tensor([0.60, 0.15])
+HOLE_DEPTH = 0.04  # rim height above the table
+HOLE_HALF_WIDTH = 0.013  # the peg's half width is 0.012
+INSERT_DEPTH = 0.025
+PEG_IN_HAND = torch.tensor([0.0, 0.0, 0.1234])  # the weld's offset (panda_peg_insert.xml)
+TOOL_DOWN = torch.tensor([0.0, 1.0, 0.0, 0.0])  # hand axes on the world's: tool axis straight down
+
+
+class PandaPegInsert(ArmTask):
+    scene = "panda_peg_insert.xml"
+    default_episode_steps = 100
+    tool_orientation = TOOL_DOWN
+
+    def __init__(self, cfg, num_envs: int):
+        super().__init__(cfg, num_envs)
+        self.hole = torch.zeros(num_envs, 3)  # centre of the hole's rim
+        self._phase = torch.zeros(num_envs, dtype=torch.long)  # scripted expert's phase per env
+
+    @property
+    def obs_spec(self) -> dict[str, TensorSpec]:
+        return {
+            **self.proprio_spec(),
+            "peg_tip": TensorSpec((3,)),
+            "hole": TensorSpec((3,)),
+            "tip_to_hole": TensorSpec((3,)),
+        }
+
+    def reset_scene(self, env_ids: torch.Tensor) -> None:
+        k = len(env_ids)
+        xy = HOLE_XY_LOW + torch.rand(k, 2, generator=self.generator) * (HOLE_XY_HIGH - HOLE_XY_LOW)
+        self.hole[env_ids] = torch.cat([xy, torch.full((k, 1), HOLE_DEPTH)], -1)
+        self.backend.set_mocap_pos(env_ids, "hole", torch.cat([xy, torch.zeros(k, 1)], -1))
+        # put the peg where the weld holds it, so the first physics step does not yank it into place
+        self.backend.forward(env_ids)
+        hand_pos, hand_quat = (x[env_ids] for x in self.backend.body_pose("hand"))
+        peg_pos = hand_pos + torch.einsum("kij,j->ki", quat_to_matrix(hand_quat), PEG_IN_HAND)
+        self.backend.set_free_body_pose(env_ids, "peg", peg_pos, hand_quat)
+        self._phase[env_ids] = 0
+
+    def peg_tip(self) -> torch.Tensor:
+        return self.backend.site_pose("peg_tip")[0]
+
+    def observe(self) -> Obs:
+        obs = self.proprio()
+        tip = self.peg_tip()
+        obs.update(peg_tip=tip, hole=self.hole.clone(), tip_to_hole=self.hole - tip)
+        return obs
+
+    def evaluate(self):
+        tip = self.peg_tip()
+        lateral = (tip[:, :2] - self.hole[:, :2]).norm(dim=-1)
+        depth = self.hole[:, 2] - tip[:, 2]
+        success = (depth >= INSERT_DEPTH) & (lateral < HOLE_HALF_WIDTH)
+        if self.cfg.reward == "sparse":
+            reward = success.float() - 1.0
+        else:  # line up over the hole, then go down it
+            approach = 1.0 - torch.tanh(10.0 * (self.hole - tip).norm(dim=-1))
+            aligned = lateral < HOLE_HALF_WIDTH
+            inserted = aligned.float() * (depth / INSERT_DEPTH).clamp(0.0, 1.0)
+            reward = (approach + 2.0 * inserted + 2.0 * success.float()) / 5.0
+        return reward, success, torch.zeros_like(success)
+
+    def expert_action(self) -> torch.Tensor:
+        """Scripted expert: line the tip up 3 cm above the hole -> descend slowly, re-aligning on drift."""
+        tip = self.peg_tip()
+        above = self.hole + torch.tensor([0.0, 0.0, 0.03])
+        bottom = self.hole - torch.tensor([0.0, 0.0, HOLE_DEPTH - 0.005])
+        lateral = (tip[:, :2] - self.hole[:, :2]).norm(dim=-1)
+        phase = self._phase
+        # phase 0: above the hole; 1: straight down (back to 0 if the tip drifts while still above the rim)
+        drifted = (phase == 1) & (lateral > 0.004) & (tip[:, 2] > self.hole[:, 2])
+        phase = torch.where(drifted, torch.zeros_like(phase), phase)
+        arrived = (phase == 0) & ((above - tip).norm(dim=-1) < 0.003)
+        phase = torch.where(arrived, torch.ones_like(phase), phase)
+        self._phase = phase
+        target = torch.where((phase == 0).unsqueeze(-1), above, bottom)
+        speed = torch.where(phase == 0, 1.0, 0.3).unsqueeze(-1)  # slow once the peg nears the hole
+        return ((target - tip) / self.cfg.max_ee_step).clamp(-1.0, 1.0) * speed

@@ -1,0 +1,120 @@
+"""panda_push: push a puck across the table until it rests on a goal, fingers closed.
+
+Action: [dx, dy, dz] in [-1, 1] (no gripper command: the fingers stay shut). Success: the puck's centre
+is within `success_threshold` of the goal in the table plane.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from robotrl.tasks.arm_task import ArmTask
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.env import Obs
+
+PUCK_HALF_HEIGHT = 0.02
+PUCK_RADIUS = 0.025
+PUCK_XY_LOW = torch.tensor([0.40, -0.15])
+PUCK_XY_HIGH = torch.tensor([0.55, 0.15])
+GOAL_XY_LOW = torch.tensor([0.35, -0.25])
+GOAL_XY_HIGH = torch.tensor([0.65, 0.25])
+GOAL_DISTANCE = (0.10, 0.20)  # metres from the puck's start
+PUSH_HEIGHT = 0.025  # tool point height while pushing: the finger tips just above the table
+STANDOFF = PUCK_RADIUS + 0.02  # tool point behind the puck's centre when a push starts
+
+
+class PandaPush(ArmTask):
+    scene = "panda_push.xml"
+    default_episode_steps = 100
+
+    def __init__(self, cfg, num_envs: int):
+        super().__init__(cfg, num_envs)
+        self.goal = torch.zeros(num_envs, 2)
+        self._phase = torch.zeros(num_envs, dtype=torch.long)  # scripted expert's phase per env
+
+    @property
+    def obs_spec(self) -> dict[str, TensorSpec]:
+        return {
+            **self.proprio_spec(),
+            "puck_pos": TensorSpec((3,)),
+            "to_puck": TensorSpec((3,)),
+            "goal": TensorSpec((2,)),
+            "puck_to_goal": TensorSpec((2,)),
+        }
+
+    def reset_scene(self, env_ids: torch.Tensor) -> None:
+        k = len(env_ids)
+        xy = PUCK_XY_LOW + torch.rand(k, 2, generator=self.generator) * (PUCK_XY_HIGH - PUCK_XY_LOW)
+        angle = torch.rand(k, generator=self.generator) * 2 * math.pi
+        lo, hi = GOAL_DISTANCE
+        distance = lo + torch.rand(k, generator=self.generator) * (hi - lo)
+        offset = distance.unsqueeze(-1) * torch.stack([torch.cos(angle), torch.sin(angle)], -1)
+        # a goal pulled in by the workspace edge is mirrored, so no episode starts (nearly) solved
+        there, mirrored = (self._in_workspace(xy + offset), self._in_workspace(xy - offset))
+        farther = (there - xy).norm(dim=-1, keepdim=True) >= (mirrored - xy).norm(dim=-1, keepdim=True)
+        goal = torch.where(farther, there, mirrored)
+        upright = torch.tensor([1.0, 0.0, 0.0, 0.0]).expand(k, 4)
+        puck = torch.cat([xy, torch.full((k, 1), PUCK_HALF_HEIGHT)], -1)
+        self.backend.set_free_body_pose(env_ids, "puck", puck, upright)
+        self.backend.set_mocap_pos(env_ids, "goal", torch.cat([goal, torch.full((k, 1), 0.001)], -1))
+        self.goal[env_ids] = goal
+        self._phase[env_ids] = 0
+
+    @staticmethod
+    def _in_workspace(xy: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(torch.minimum(xy, GOAL_XY_HIGH), GOAL_XY_LOW)
+
+    def puck_pos(self) -> torch.Tensor:
+        return self.backend.body_pose("puck")[0]
+
+    def observe(self) -> Obs:
+        obs = self.proprio()
+        puck = self.puck_pos()
+        obs.update(
+            puck_pos=puck,
+            to_puck=puck - obs["ee_pos"],
+            goal=self.goal.clone(),
+            puck_to_goal=self.goal - puck[:, :2],
+        )
+        return obs
+
+    def evaluate(self):
+        puck = self.puck_pos()
+        distance = (self.goal - puck[:, :2]).norm(dim=-1)
+        success = distance < self.cfg.success_threshold
+        if self.cfg.reward == "sparse":
+            reward = success.float() - 1.0
+        else:  # get behind the puck, then bring it to the goal
+            reach = 1.0 - torch.tanh(10.0 * (puck - self.ee_pos()).norm(dim=-1))
+            push = 1.0 - torch.tanh(5.0 * distance)
+            reward = (0.2 * reach + push + success.float()) / 2.2
+        return reward, success, torch.zeros_like(success)
+
+    def expert_action(self) -> torch.Tensor:
+        """Scripted expert: hover behind the puck on the goal line -> lower -> push along the line.
+
+        Falls back to hovering whenever the tool point drifts off the line behind the puck.
+        """
+        puck = self.puck_pos()
+        ee = self.ee_pos()
+        to_goal = self.goal - puck[:, :2]
+        distance = to_goal.norm(dim=-1, keepdim=True)
+        direction = to_goal / distance.clamp_min(1e-6)
+        behind = puck[:, :2] - STANDOFF * direction
+        offset = ee[:, :2] - puck[:, :2]
+        along = (offset * direction).sum(-1)
+        across = (offset - along.unsqueeze(-1) * direction).norm(dim=-1)
+        on_line = (across < 0.012) & (along < -PUCK_RADIUS + 0.005)
+        phase = self._phase
+        # phase 0: hover behind the puck; 1: lower; 2: push (and back to 0 when off the line)
+        hover = torch.cat([behind, torch.full_like(distance, 0.08)], -1)
+        lowered = torch.cat([behind, torch.full_like(distance, PUSH_HEIGHT)], -1)
+        push = torch.cat([behind + direction * distance.clamp(max=0.04), torch.full_like(distance, PUSH_HEIGHT)], -1)
+        target = torch.where((phase == 0).unsqueeze(-1), hover, torch.where((phase == 1).unsqueeze(-1), lowered, push))
+        error = (target - ee).norm(dim=-1)
+        advance = ((phase == 0) & (error < 0.01)) | ((phase == 1) & (error < 0.008))
+        phase = torch.where(advance, phase + 1, phase)
+        self._phase = torch.where((phase == 2) & ~on_line, torch.zeros_like(phase), phase)
+        return ((target - ee) / self.cfg.max_ee_step).clamp(-1.0, 1.0)
