@@ -1,7 +1,8 @@
-"""Network building blocks: MLPs, ensembles, observation encoders, action distributions."""
+"""Network building blocks: MLPs, ensembles, observation encoders, action distributions (tanh-normal, gSDE)."""
 
 from robotrl.nn.distributions import TanhNormal
 from robotrl.nn.encoders import StateEncoder
+from robotrl.nn.gsde import GSDE, GSDENoise
 from robotrl.nn.mlp import EnsembleLinear, EnsembleMLP, mlp
 
-__all__ = ["EnsembleLinear", "EnsembleMLP", "StateEncoder", "TanhNormal", "mlp"]
+__all__ = ["GSDE", "EnsembleLinear", "EnsembleMLP", "GSDENoise", "StateEncoder", "TanhNormal", "mlp"]
