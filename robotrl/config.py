@@ -55,6 +55,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if hasattr(self.agent, "validate"):
+            self.agent.validate()  # agent.* settings fail here, before any env is built
 
 
 @dataclass

@@ -34,6 +34,18 @@ class Agent(nn.Module, ABC):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Every optimizer by a stable name, for checkpoints."""
 
+    def reset_exploration(self, num_envs: int) -> None:
+        """Start exploring afresh in `num_envs` parallel envs whose episodes all start now.
+
+        The actor calls this before its first step (and after a resume). Agents whose exploration noise
+        has state (gSDE: one noise matrix per env) size and draw it here; the default has none.
+        """
+
+    def advance_exploration(self, episode_start: torch.Tensor) -> None:
+        """The actor's clock: called once per env step, after the env stepped, with the [E] bool mask of
+        envs whose next action starts a new episode. Never called by the learner; the default does nothing.
+        """
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -12,7 +13,10 @@ from torch import nn
 from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs
-from robotrl.nn import EnsembleMLP, StateEncoder, TanhNormal, mlp
+from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
+from robotrl.nn.mlp import full_precision
+
+EXPLORATIONS = ("gaussian", "gsde")
 
 
 @dataclass
@@ -34,14 +38,23 @@ class SACConfig:
     init_alpha: float = 0.1  # as DrQ/DrQ-v2; 1.0 (SB3's) swamps small per-step rewards for thousands of steps
     learn_alpha: bool = True
     target_entropy: float | None = None  # None: -action_dim
-    log_std_min: float = -5.0
+    log_std_min: float = -5.0  # gaussian exploration: bounds of the actor's per-dimension log-std
     log_std_max: float = 2.0
+    # Exploration noise of the acting policy: gaussian (independent per step, state-dependent std head) or
+    # gsde (generalized state-dependent exploration: noise = latent features @ a noise matrix held for
+    # sde_sample_freq env steps, so exploration moves smoothly; see robotrl/nn/gsde.py).
+    exploration: str = "gaussian"
+    sde_sample_freq: int = 8  # gsde: env steps per noise matrix (a new one also at every episode start)
+    full_std: bool = True  # gsde: one std per (feature, action) pair instead of one per feature
+    use_expln: bool = True  # gsde: std = expln(log_std), bounded growth, instead of exp(log_std)
+    learn_features: bool = False  # gsde: let the exploration's log-prob gradient reach the actor's features
+    log_std_init: float = -3.0  # gsde: initial log-std of the noise-matrix entries (as SB3's SAC)
     # Matmul precision of the hidden layers: fp32, bf16 (mixed precision: fp32 weights, optimizer and
     # output heads), or auto (bf16 where the device computes it natively, else fp32).
     precision: str = "fp32"
 
     def validate(self) -> None:
-        positive = ("num_critics", "n_step", "batch_size", "utd_ratio", "actor_update_interval")
+        positive = ("num_critics", "n_step", "batch_size", "utd_ratio", "actor_update_interval", "sde_sample_freq")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
@@ -54,6 +67,10 @@ class SACConfig:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.exploration not in EXPLORATIONS:
+            raise ValueError(f"agent.exploration must be one of {', '.join(EXPLORATIONS)}, got {self.exploration!r}")
+        if not math.isfinite(self.log_std_init):
+            raise ValueError(f"agent.log_std_init must be finite, got {self.log_std_init}")
         if not self.log_std_min < self.log_std_max:
             raise ValueError(
                 f"agent.log_std_min ({self.log_std_min}) must be below agent.log_std_max ({self.log_std_max})"
@@ -73,6 +90,30 @@ class TanhGaussianActor(nn.Module):
         return TanhNormal(mean, log_std)
 
 
+class GSDEActor(nn.Module):
+    """A mean head on an MLP, exploring with gSDE on the MLP's last hidden layer (its latent features)."""
+
+    def __init__(self, in_dim: int, hidden: list[int], action_dim: int, cfg: SACConfig):
+        super().__init__()
+        self.net = mlp(in_dim, hidden, action_dim)
+        latent_dim = hidden[-1] if hidden else in_dim
+        self.gsde = GSDE(latent_dim, action_dim, cfg.full_std, cfg.use_expln, cfg.learn_features, cfg.log_std_init)
+
+    def latent_and_mean(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        latent = self.net.hidden(features)
+        return latent, full_precision(self.net.head, latent)
+
+    def forward(self, features: torch.Tensor) -> TanhNormal:
+        """The state-conditional distribution the learner uses (independent noise per batch row)."""
+        latent, mean = self.latent_and_mean(features)
+        return self.gsde.distribution(mean, latent)
+
+    def explore(self, features: torch.Tensor, noise: GSDENoise) -> torch.Tensor:
+        """Exploration actions [E, action_dim]: tanh(mean + latent @ W_e), W_e the held matrix of env e."""
+        latent, mean = self.latent_and_mean(features)
+        return torch.tanh(mean + noise.noise(latent))
+
+
 class SAC(Agent):
     def __init__(self, cfg: SACConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
         super().__init__()
@@ -80,7 +121,13 @@ class SAC(Agent):
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
         self.encoder = StateEncoder(obs_spec)
         feat = self.encoder.out_dim
-        self.actor = TanhGaussianActor(feat, cfg.actor_hidden, action_dim, cfg.log_std_min, cfg.log_std_max)
+        if cfg.exploration == "gsde":
+            self.actor = GSDEActor(feat, cfg.actor_hidden, action_dim, cfg)
+        else:
+            self.actor = TanhGaussianActor(feat, cfg.actor_hidden, action_dim, cfg.log_std_min, cfg.log_std_max)
+        # gSDE's per-env noise matrices on the actor's clock; not module state (never checkpointed: a
+        # resumed run draws fresh ones, as its envs restart from a reset).
+        self.exploration: GSDENoise | None = None
         self.critic = EnsembleMLP(
             cfg.num_critics, feat + action_dim, cfg.critic_hidden, 1, layer_norm=cfg.critic_layer_norm
         )
@@ -106,14 +153,31 @@ class SAC(Agent):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"sac": self.optimizer}
 
+    def reset_exploration(self, num_envs: int) -> None:
+        """gsde: fresh noise matrices for `num_envs` envs (seeded from the torch RNG); gaussian: nothing."""
+        if self.cfg.exploration != "gsde":
+            return
+        seed = int(torch.randint(0, 2**62, ()))
+        self.exploration = GSDENoise(self.actor.gsde, num_envs, self.cfg.sde_sample_freq, seed)
+
+    def advance_exploration(self, episode_start: torch.Tensor) -> None:
+        if self.exploration is not None:
+            self.exploration.advance(episode_start)
+
     @torch.no_grad()
     def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        """Actions in (-1, 1). Stochastic gsde actions use the held noise matrix of each env (row e of
+        `obs` is env e); without a `reset_exploration` call first, one is made for this batch size."""
         check_obs(self.obs_spec, obs)
         with self._autocast():
-            dist = self.actor(self.encoder(obs))
-        if deterministic:
-            return dist.mode
-        return dist.rsample_with_log_prob()[0]
+            features = self.encoder(obs)
+            if deterministic:
+                return self.actor(features).mode
+            if self.cfg.exploration == "gsde":
+                if self.exploration is None:
+                    self.reset_exploration(features.shape[0])
+                return self.actor.explore(features, self.exploration)
+            return self.actor(features).rsample_with_log_prob()[0]
 
     def _q(self, critic: nn.Module, features: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return critic(torch.cat([features, action], dim=-1))  # [N, B, 1]

@@ -1,4 +1,5 @@
-"""Deterministic evaluation episodes, with an optional video of the first one."""
+"""Deterministic evaluation episodes, with an optional video of the first one and the smoothness of the
+actions taken (robotrl/runtime/smoothness.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from robotrl.agents.base import Agent
 from robotrl.runtime.env import VecEnv
+from robotrl.runtime.smoothness import ActionSmoothness
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +25,11 @@ def evaluate(
     deterministic: bool = True,
     fps: int = 30,
 ) -> dict[str, float]:
-    """Run `episodes` full episodes on `env` (one env: episodes run in turn) and average them."""
+    """Run `episodes` full episodes on `env` (one env: episodes run in turn) and average them.
+
+    With `deterministic=False` the agent explores as in training, on its own actor clock: its exploration
+    state is reset for this env (an in-process training run keeps evaluating deterministically).
+    """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if env.num_envs != 1:
@@ -30,15 +37,21 @@ def evaluate(
     returns, lengths, successes = [], [], []
     frames: list[np.ndarray] = []
     recording = video_path is not None
+    smoothness = ActionSmoothness()
     obs = env.reset(seed=seed)
+    if not deterministic:
+        agent.reset_exploration(env.num_envs)
     device = agent.device
     while len(returns) < episodes:
         ep_return, ep_len, ep_success = 0.0, 0, False
         while True:
             if recording:
                 recording = _grab(env, frames)
-            action = agent.act({k: v.to(device) for k, v in obs.items()}, deterministic=deterministic)
-            result = env.step(action.cpu())
+            action = agent.act({k: v.to(device) for k, v in obs.items()}, deterministic=deterministic).cpu()
+            smoothness.add(action, torch.tensor([ep_len == 0]))
+            result = env.step(action)
+            if not deterministic:
+                agent.advance_exploration(result.terminated | result.truncated)
             ep_return += float(result.reward[0])
             ep_len += 1
             ep_success = ep_success or bool(result.success[0])
@@ -55,6 +68,7 @@ def evaluate(
     out = {"return": float(np.mean(returns)), "return_std": float(np.std(returns)), "length": float(np.mean(lengths))}
     if env.has_success:
         out["success"] = float(np.mean(successes))
+    out.update(smoothness.flush())
     return out
 
 

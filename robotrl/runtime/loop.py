@@ -22,6 +22,7 @@ from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
+from robotrl.runtime.smoothness import ActionSmoothness
 from robotrl.tasks import make_env
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     writer = MetricsWriter(run_dir, resume_step=counters["env_step"] if resume else None)
     update_metrics = UpdateMetrics()
     episodes = EpisodeStats(cfg.num_envs)
+    smoothness = ActionSmoothness()  # of the policy's exploration actions (not the warm-up's random ones)
     progress = Progress(cfg.total_steps, counters["env_step"], enabled=cfg.progress)
     eval_env = None
 
@@ -140,6 +142,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
 
     step = counters["env_step"]
     obs = env.reset(seed=cfg.seed + step)
+    agent.reset_exploration(cfg.num_envs)  # every env starts an episode here (also after a resume)
+    episode_start = torch.ones(cfg.num_envs, dtype=torch.bool)
     first_add = True
     last_log_time, last_log_step = time.perf_counter(), step
     try:
@@ -151,13 +155,16 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 if not torch.isfinite(action).all():
                     update_metrics.flush(step)  # names the loss that diverged, if one did
                     raise NonFiniteError(f"the policy produced a non-finite action at env step {step}")
+                smoothness.add(action, episode_start)
             result = env.step(action)
+            episode_start = result.terminated | result.truncated
+            agent.advance_exploration(episode_start)  # the actor's clock: gSDE resamples here, never in update
             if first_add:
                 replay.check_step(result.next_obs, action)
                 first_add = False
             replay.add(obs, action, result.reward, result.next_obs, result.terminated, result.truncated)
             obs = result.obs
-            counters["episodes"] += episodes.record(result.reward, result.success, result.terminated | result.truncated)
+            counters["episodes"] += episodes.record(result.reward, result.success, episode_start)
             prev, step = step, step + cfg.num_envs
             counters["env_step"] = step
 
@@ -171,6 +178,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 now = time.perf_counter()
                 scalars = update_metrics.flush(step)
                 scalars.update(episodes.flush(env.has_success))
+                scalars.update({f"train/{k}": v for k, v in smoothness.flush().items()})
                 scalars["time/env_steps_per_s"] = (step - last_log_step) / max(now - last_log_time, 1e-9)
                 last_log_time, last_log_step = now, step
                 writer.write(step, scalars)
