@@ -22,7 +22,7 @@ class GripperSpec:
 @dataclass(frozen=True)
 class RobotSpec:
     name: str
-    arm_joints: tuple[str, ...]
+    joints: tuple[str, ...]  # the joints a controller commands, in order; actuator act<i> drives the i-th
     position_lower: torch.Tensor
     position_upper: torch.Tensor
     velocity_limit: torch.Tensor
@@ -30,7 +30,7 @@ class RobotSpec:
     jerk_limit: torch.Tensor
     effort_limit: torch.Tensor
     home: torch.Tensor
-    end_effector_site: str
+    end_effector_site: str | None  # None: no tool point (a hand on a fixed wrist)
     gripper: GripperSpec | None
 
 
@@ -43,7 +43,7 @@ def load_robot_spec(name: str) -> RobotSpec:
     if not path.exists():
         raise ValueError(f"unknown robot {name!r}; available robots: {', '.join(available_robots())}")
     raw = yaml.safe_load(path.read_text())
-    n = len(raw["arm_joints"])
+    n = len(raw["joints"])
     vectors = {}
     for key in (
         "position_lower",
@@ -56,7 +56,7 @@ def load_robot_spec(name: str) -> RobotSpec:
     ):
         values = raw[key]
         if len(values) != n:
-            raise ValueError(f"{path}: {key} has {len(values)} values for {n} arm joints")
+            raise ValueError(f"{path}: {key} has {len(values)} values for {n} joints")
         vectors[key] = torch.tensor(values, dtype=torch.float32)
     if not torch.all(vectors["position_lower"] < vectors["position_upper"]):
         raise ValueError(f"{path}: position_lower must be below position_upper for every joint")
@@ -66,8 +66,8 @@ def load_robot_spec(name: str) -> RobotSpec:
     gripper = raw.get("gripper")
     return RobotSpec(
         name=raw["name"],
-        arm_joints=tuple(raw["arm_joints"]),
-        end_effector_site=raw["end_effector_site"],
+        joints=tuple(raw["joints"]),
+        end_effector_site=raw.get("end_effector_site"),
         gripper=GripperSpec(tuple(gripper["joints"]), gripper["open"], gripper["closed"], gripper["max_force"])
         if gripper
         else None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig
+from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig, HandTaskConfig
 
 ARM_TASKS = {
     "panda_reach": "robotrl.tasks.panda_reach:PandaReach",
@@ -12,14 +12,20 @@ ARM_TASKS = {
     "panda_pick_cube": "robotrl.tasks.panda_pick_cube:PandaPickCube",
     "panda_peg_insert": "robotrl.tasks.panda_peg_insert:PandaPegInsert",
 }
-TASK_CONFIGS: dict[str, type] = {"gym": GymTaskConfig, **{name: ArmTaskConfig for name in ARM_TASKS}}
+HAND_TASKS = {"hand_reorient": "robotrl.tasks.hand_reorient:HandReorient"}
+SIM_TASKS = {**ARM_TASKS, **HAND_TASKS}  # built-in tasks on a SimBackend
+TASK_CONFIGS: dict[str, type] = {
+    "gym": GymTaskConfig,
+    **{name: ArmTaskConfig for name in ARM_TASKS},
+    **{name: HandTaskConfig for name in HAND_TASKS},
+}
 
 
 def make_task(task_cfg: Any, num_envs: int = 1):
     """The ArmTask object a built-in task config names (for scripted experts and tests)."""
     import importlib
 
-    module, cls = ARM_TASKS[task_cfg.name].split(":")
+    module, cls = SIM_TASKS[task_cfg.name].split(":")
     return getattr(importlib.import_module(module), cls)(task_cfg, num_envs)
 
 
@@ -30,7 +36,7 @@ def make_env(task_cfg: Any, num_envs: int = 1, render: bool = False):
         from robotrl.tasks.gym_env import GymVecEnv
 
         return GymVecEnv(task_cfg, num_envs=num_envs, render=render)
-    if name in ARM_TASKS:
+    if name in SIM_TASKS:
         from robotrl.tasks.arm_task import TaskVecEnv
 
         return TaskVecEnv(make_task(task_cfg, num_envs))

@@ -37,6 +37,7 @@ class ArmTask(ABC):
     robot_name = "panda"
     scene: str
     default_episode_steps = 50
+    default_control = "ee_delta"
     has_gripper = False  # tasks that use the gripper add one action: -1 fully open, +1 closed
     tool_orientation: torch.Tensor | None = None  # world quaternion to hold; None: the episode's start one
 
@@ -60,14 +61,14 @@ class ArmTask(ABC):
         self.robot = load_robot_spec(self.robot_name)
         self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs)
         self.controller = ArmController(
-            cfg.control,
+            cfg.control or self.default_control,
             self.robot,
             self.backend,
             cfg.max_ee_step,
             cfg.max_joint_step,
             relative_frame=cfg.relative_frame,
         )
-        self.arm_actuators = tuple(f"act{i + 1}" for i in range(len(self.robot.arm_joints)))
+        self.arm_actuators = tuple(f"act{i + 1}" for i in range(len(self.robot.joints)))
         self.generator = torch.Generator()
 
     @property
@@ -82,7 +83,7 @@ class ArmTask(ABC):
         home = self.robot.home.expand(len(env_ids), -1)
         noise = (torch.rand(home.shape, generator=self.generator) * 2 - 1) * 0.05
         q = torch.maximum(torch.minimum(home + noise, self.robot.position_upper), self.robot.position_lower)
-        self.backend.set_joint_state(env_ids, self.robot.arm_joints, q)
+        self.backend.set_joint_state(env_ids, self.robot.joints, q)
         if self.robot.gripper is not None:
             opened = torch.full((len(env_ids), len(self.robot.gripper.joints)), self.robot.gripper.open)
             self.backend.set_joint_state(env_ids, self.robot.gripper.joints, opened)
@@ -106,13 +107,13 @@ class ArmTask(ABC):
 
     def proprio_spec(self) -> dict[str, TensorSpec]:
         """The arm's own entries, shared by every arm task's observation."""
-        n = len(self.robot.arm_joints)
+        n = len(self.robot.joints)
         return {"arm_qpos": TensorSpec((n,)), "arm_qvel": TensorSpec((n,)), "ee_pos": TensorSpec((3,))}
 
     def proprio(self) -> Obs:
         return {
-            "arm_qpos": self.backend.joint_pos(self.robot.arm_joints),
-            "arm_qvel": self.backend.joint_vel(self.robot.arm_joints),
+            "arm_qpos": self.backend.joint_pos(self.robot.joints),
+            "arm_qvel": self.backend.joint_vel(self.robot.joints),
             "ee_pos": self.ee_pos(),
         }
 

@@ -37,8 +37,10 @@ class SimBackend(ABC):
         """Place a body that has a free joint; its velocity is zeroed."""
 
     @abstractmethod
-    def set_mocap_pos(self, env_ids: torch.Tensor, body: str, pos: torch.Tensor) -> None:
-        """Move a mocap body (markers, targets) in the envs `env_ids`."""
+    def set_mocap_pose(
+        self, env_ids: torch.Tensor, body: str, pos: torch.Tensor, quat: torch.Tensor | None = None
+    ) -> None:
+        """Move (and, given `quat`, turn) a mocap body (markers, targets, fixtures) in the envs `env_ids`."""
 
     @abstractmethod
     def set_actuators(self, actuators: Sequence[str], values: torch.Tensor) -> None:

@@ -24,7 +24,7 @@ class ArmTaskConfig:
 
     name: str = "panda_reach"
     backend: str = "mujoco"
-    control: str = "ee_delta"  # ee_delta | joint_delta | joint_position
+    control: str | None = None  # ee_delta | joint_delta | joint_position; None: the task's own (arm ee_delta)
     relative_frame: bool = False  # ee_delta actions and positions in the episode's start frame
     reward: str = "dense"  # dense | sparse
     episode_steps: int | None = None  # None: the task's own default (reach 50, pick 100)
@@ -38,3 +38,13 @@ class ArmTaskConfig:
     render_width: int = 256  # videos
     render_height: int = 256
     camera: str = "front"  # video camera
+
+
+@dataclass
+class HandTaskConfig(ArmTaskConfig):
+    """The four-finger hand task, e.g. `task=hand_reorient task.goal_rotation=any`."""
+
+    name: str = "hand_reorient"
+    goal_rotation: str = "z"  # z: goals turn the cube about the vertical; any: about a random axis
+    rotation_threshold: float = 0.4  # radians from the goal orientation that count as success
+    drop_height: float = 0.05  # metres below the palm at which the cube counts as dropped

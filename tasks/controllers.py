@@ -28,6 +28,10 @@ class ArmController:
     ):
         if kind not in CONTROLS:
             raise ValueError(f"task.control must be one of {', '.join(CONTROLS)}, got {kind!r}")
+        if kind == "ee_delta" and robot.end_effector_site is None:
+            raise ValueError(
+                f"task.control=ee_delta needs a tool point; robot {robot.name!r} has none (use joint_delta)"
+            )
         self.kind, self.robot, self.backend = kind, robot, backend
         self.max_ee_step, self.max_joint_step, self.damping = max_ee_step, max_joint_step, damping
         self.relative_frame = relative_frame
@@ -35,13 +39,20 @@ class ArmController:
         n = backend.num_envs
         self.target_quat = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1)
         self.frame = torch.eye(3).repeat(n, 1, 1)  # action frame for ee_delta
+        # joint_delta integrates on the last command, not on the measured position: a held action of zero
+        # holds the pose instead of letting gravity or contact sag accumulate into the targets
+        self.last_target = torch.zeros(n, len(robot.joints))
 
     @property
     def action_dim(self) -> int:
-        return 3 if self.kind == "ee_delta" else len(self.robot.arm_joints)
+        return 3 if self.kind == "ee_delta" else len(self.robot.joints)
 
     def reset(self, env_ids: torch.Tensor) -> None:
-        """Call after a reset's forward(): hold the start orientation, and take its frame if relative."""
+        """Call after a reset's forward(): start from the measured joints; for ee_delta hold the start
+        orientation, and take its frame if relative."""
+        self.last_target[env_ids] = self.backend.joint_pos(self.robot.joints)[env_ids]
+        if self.kind != "ee_delta":
+            return
         _, quat = self.backend.site_pose(self.robot.end_effector_site)
         self.target_quat[env_ids] = quat[env_ids]
         if self.relative_frame:
@@ -50,22 +61,23 @@ class ArmController:
     def joint_targets(self, action: torch.Tensor) -> torch.Tensor:
         """Joint position targets within the position limits. Not rate-limited: in simulation the
         position actuators' own dynamics bound the speed; on hardware the safety shield must."""
-        joints = self.robot.arm_joints
-        q = self.backend.joint_pos(joints)
+        q = self.backend.joint_pos(self.robot.joints)
         if self.kind == "joint_position":
             target = self.lower + (action + 1.0) * 0.5 * (self.upper - self.lower)
         elif self.kind == "joint_delta":
-            target = q + action * self.max_joint_step
+            target = self.last_target + action * self.max_joint_step
         else:
             target = q + self._ik_step(action)
         if not torch.isfinite(target).all():
             raise FloatingPointError(f"{self.kind} controller produced non-finite joint targets {target.tolist()}")
-        return torch.maximum(torch.minimum(target, self.upper), self.lower)
+        target = torch.maximum(torch.minimum(target, self.upper), self.lower)
+        self.last_target = target
+        return target
 
     def _ik_step(self, action: torch.Tensor) -> torch.Tensor:
         site = self.robot.end_effector_site
         _, quat = self.backend.site_pose(site)
-        jac = self.backend.site_jacobian(site, self.robot.arm_joints)  # [E, 6, n]
+        jac = self.backend.site_jacobian(site, self.robot.joints)  # [E, 6, n]
         dx = torch.bmm(self.frame, (action * self.max_ee_step).unsqueeze(-1)).squeeze(-1)
         error = torch.cat([dx, rotation_error(self.target_quat, quat)], -1)  # [E, 6]
         jjt = torch.bmm(jac, jac.transpose(1, 2)) + self.damping**2 * torch.eye(6)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import torch
-from robotrl.tasks.configs import ArmTaskConfig
 
 GYM_IDS = {
     "panda_reach": "robotrl/PandaReach-v0",
     "panda_push": "robotrl/PandaPush-v0",
     "panda_pick_cube": "robotrl/PandaPickCube-v0",
     "panda_peg_insert": "robotrl/PandaPegInsert-v0",
+    "hand_reorient": "robotrl/HandReorient-v0",
 }
 
 
@@ -22,9 +22,9 @@ class TaskGymEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 25}
 
     def __init__(self, task: str, render_mode: str | None = None, **overrides):
-        from robotrl.tasks import make_env
+        from robotrl.tasks import TASK_CONFIGS, make_env
 
-        cfg = ArmTaskConfig(name=task)
+        cfg = TASK_CONFIGS[task](name=task)
         for key, value in overrides.items():
             if not hasattr(cfg, key):
                 raise TypeError(f"{task}: unknown option {key!r}")

@@ -91,13 +91,16 @@ class MujocoBackend(SimBackend):
             self.datas[i].qpos[qadr : qadr + 7] = pose[k]
             self.datas[i].qvel[vadr : vadr + 6] = 0.0
 
-    def set_mocap_pos(self, env_ids, body, pos) -> None:
+    def set_mocap_pose(self, env_ids, body, pos, quat=None) -> None:
         mocap = self.model.body_mocapid[self._named(mujoco.mjtObj.mjOBJ_BODY, body, "body")]
         if mocap < 0:
             raise ValueError(f"body {body!r} is not a mocap body")
         pos = pos.detach().cpu().double().numpy()
+        quat = None if quat is None else quat.detach().cpu().double().numpy()
         for k, i in enumerate(env_ids.tolist()):
             self.datas[i].mocap_pos[mocap] = pos[k]
+            if quat is not None:
+                self.datas[i].mocap_quat[mocap] = quat[k]
 
     def set_actuators(self, actuators, values) -> None:
         ids = self._ids(mujoco.mjtObj.mjOBJ_ACTUATOR, tuple(actuators), "actuator")

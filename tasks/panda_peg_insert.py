@@ -46,7 +46,7 @@ class PandaPegInsert(ArmTask):
         k = len(env_ids)
         xy = HOLE_XY_LOW + torch.rand(k, 2, generator=self.generator) * (HOLE_XY_HIGH - HOLE_XY_LOW)
         self.hole[env_ids] = torch.cat([xy, torch.full((k, 1), HOLE_DEPTH)], -1)
-        self.backend.set_mocap_pos(env_ids, "hole", torch.cat([xy, torch.zeros(k, 1)], -1))
+        self.backend.set_mocap_pose(env_ids, "hole", torch.cat([xy, torch.zeros(k, 1)], -1))
         # put the peg where the weld holds it, so the first physics step does not yank it into place
         self.backend.forward(env_ids)
         hand_pos, hand_quat = (x[env_ids] for x in self.backend.body_pose("hand"))

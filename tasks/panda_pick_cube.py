@@ -48,7 +48,7 @@ class PandaPickCube(ArmTask):
         yaw = (torch.rand(k, generator=self.generator) * 2 - 1) * math.radians(20)
         quat = torch.stack([torch.cos(yaw / 2), torch.zeros(k), torch.zeros(k), torch.sin(yaw / 2)], -1)
         self.backend.set_free_body_pose(env_ids, "cube", pos, quat)
-        self.backend.set_mocap_pos(env_ids, "target", pos + torch.tensor([0.0, 0.0, LIFT_HEIGHT]))
+        self.backend.set_mocap_pose(env_ids, "target", pos + torch.tensor([0.0, 0.0, LIFT_HEIGHT]))
         self._phase[env_ids] = 0
         self._phase_steps[env_ids] = 0
 

@@ -58,7 +58,7 @@ class PandaPush(ArmTask):
         upright = torch.tensor([1.0, 0.0, 0.0, 0.0]).expand(k, 4)
         puck = torch.cat([xy, torch.full((k, 1), PUCK_HALF_HEIGHT)], -1)
         self.backend.set_free_body_pose(env_ids, "puck", puck, upright)
-        self.backend.set_mocap_pos(env_ids, "goal", torch.cat([goal, torch.full((k, 1), 0.001)], -1))
+        self.backend.set_mocap_pose(env_ids, "goal", torch.cat([goal, torch.full((k, 1), 0.001)], -1))
         self.goal[env_ids] = goal
         self._phase[env_ids] = 0
 

@@ -27,7 +27,7 @@ class PandaReach(ArmTask):
         u = torch.rand(len(env_ids), 3, generator=self.generator)
         target = TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)
         self.target[env_ids] = target
-        self.backend.set_mocap_pos(env_ids, "target", target)
+        self.backend.set_mocap_pose(env_ids, "target", target)
 
     def observe(self) -> Obs:
         obs = self.proprio()

@@ -49,3 +49,16 @@ def rotation_error(target: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
     sin_half = vec.norm(dim=-1, keepdim=True).clamp_min(1e-9)
     angle = 2.0 * torch.atan2(sin_half, q[..., :1])
     return vec / sin_half * angle
+
+
+def quat_from_axis_angle(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """Unit quaternions [.., 4] for rotations by `angle` [..] about `axis` [.., 3] (need not be unit)."""
+    axis = axis / axis.norm(dim=-1, keepdim=True).clamp_min(1e-9)
+    half = 0.5 * angle.unsqueeze(-1)
+    return torch.cat([torch.cos(half), torch.sin(half) * axis], -1)
+
+
+def quat_angle(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Angle [..] in radians of the rotation between orientations `a` and `b`, in [0, pi]."""
+    dot = (a * b).sum(-1).abs().clamp(max=1.0)
+    return 2.0 * torch.acos(dot)

@@ -1,21 +1,38 @@
 """Contracts every built-in arm task keeps, and what is particular to push and peg insertion."""
 
+import math
+
 import gymnasium as gym
+import mujoco
 import pytest
 import torch
-from robotrl.tasks import ARM_TASKS, make_task
-from robotrl.tasks.arm_task import TaskVecEnv
-from robotrl.tasks.configs import ArmTaskConfig
+from robotrl.hardware.robot_spec import load_robot_spec
+from robotrl.tasks import ARM_TASKS, SIM_TASKS, TASK_CONFIGS, make_task
+from robotrl.tasks.arm_task import ASSETS, TaskVecEnv
 from robotrl.tasks.gym_api import GYM_IDS
+from robotrl.tasks.rotations import quat_angle
 
 ARM_TASK_NAMES = sorted(ARM_TASKS)
+SIM_TASK_NAMES = sorted(SIM_TASKS)
 
 
 def _env(name, num_envs=1, **kw):
-    return TaskVecEnv(make_task(ArmTaskConfig(name=name, **kw), num_envs))
+    return TaskVecEnv(make_task(TASK_CONFIGS[name](name=name, **kw), num_envs))
 
 
-@pytest.mark.parametrize("name", ARM_TASK_NAMES)
+@pytest.mark.parametrize(("robot", "xml"), [("panda", "panda.xml"), ("hand4", "hand4.xml")])
+def test_robot_spec_agrees_with_the_mjcf(robot, xml):
+    spec = load_robot_spec(robot)
+    model = mujoco.MjModel.from_xml_path(str(ASSETS / xml))
+    for i, joint in enumerate(spec.joints):
+        lo, hi = model.jnt_range[model.joint(joint).id]
+        assert (lo, hi) == pytest.approx((spec.position_lower[i].item(), spec.position_upper[i].item()), abs=1e-6)
+        actuator = model.actuator(f"act{i + 1}")
+        assert actuator.trnid[0] == model.joint(joint).id
+        assert actuator.forcerange[1] == pytest.approx(spec.effort_limit[i].item())
+
+
+@pytest.mark.parametrize("name", SIM_TASK_NAMES)
 def test_reset_step_contract_and_determinism(name):
     env = _env(name, num_envs=2)
     obs = env.reset(seed=0)
@@ -58,7 +75,7 @@ def test_scripted_expert_succeeds_and_random_actions_rarely_do(name):
     assert random_wins <= 0.2 * episodes
 
 
-@pytest.mark.parametrize("name", ARM_TASK_NAMES)
+@pytest.mark.parametrize("name", SIM_TASK_NAMES)
 def test_sparse_reward_is_success_minus_one(name):
     env = _env(name, reward="sparse")
     env.reset(seed=0)
@@ -115,3 +132,56 @@ def test_peg_stays_in_the_hand_and_the_tool_points_down():
     assert (peg - hand).norm().item() == pytest.approx(0.1234, abs=2e-3)
     _, quat = task.backend.site_pose(task.robot.end_effector_site)
     assert torch.abs(quat[0] @ torch.tensor([0.0, 1.0, 0.0, 0.0])) > 0.999
+
+
+def test_hand_goals_turn_the_cube_and_success_means_at_the_goal_orientation():
+    env = _env("hand_reorient", num_envs=32)
+    assert env.action_dim == 16
+    env.reset(seed=0)
+    task = env.task
+    ids = torch.arange(32)
+    pos, quat = task.backend.body_pose("cube")
+    angle = quat_angle(quat, task.goal)
+    assert angle.min() >= math.pi / 4 - 1e-3 and not task.evaluate()[1].any()
+    task.backend.set_free_body_pose(ids, "cube", pos, task.goal)  # turn every cube onto its goal
+    task.backend.forward()
+    reward, success, terminated = task.evaluate()
+    assert success.all() and not terminated.any() and (reward > 1.5).all()
+    any_axis = _env("hand_reorient", num_envs=32, goal_rotation="any")
+    any_axis.reset(seed=0)
+    _, quat = any_axis.task.backend.body_pose("cube")
+    assert quat_angle(quat, any_axis.task.goal).min() >= math.pi / 4 - 1e-3
+
+
+def test_dropping_the_cube_ends_the_episode():
+    env = _env("hand_reorient")
+    env.reset(seed=0)
+    task = env.task
+    ids = torch.tensor([0])
+    task.backend.set_free_body_pose(ids, "cube", torch.tensor([[0.5, 0.3, 0.05]]), torch.tensor([[1.0, 0, 0, 0]]))
+    result = env.step(torch.zeros(1, 16))
+    assert result.terminated.all() and not result.truncated.any() and result.reward.item() < -1.5
+    assert (result.obs["cube_pos"][0] - result.next_obs["cube_pos"][0]).norm() > 0.1  # auto-reset put it back
+
+
+def test_hand_joint_delta_holds_and_tracks_targets():
+    env = _env("hand_reorient")
+    env.reset(seed=0)
+    task = env.task
+    start = task.backend.joint_pos(task.robot.joints)
+    for _ in range(10):
+        env.step(torch.zeros(1, 16))  # zero deltas hold the pose: no sag under gravity or contact
+    assert (task.backend.joint_pos(task.robot.joints) - start).abs().max() < 0.02
+    goal = task.robot.home + 0.3 * torch.tensor([0.0, 1.0, 1.0, 1.0] * 4)
+    for _ in range(15):
+        env.step(((goal - task.controller.last_target) / task.cfg.max_joint_step).clamp(-1, 1))
+    assert (task.backend.joint_pos(task.robot.joints) - goal).abs().max() < 0.02
+
+
+def test_hand_settings_are_validated():
+    with pytest.raises(ValueError, match=r"task\.control=ee_delta needs a tool point; robot 'hand4'"):
+        _env("hand_reorient", control="ee_delta")
+    with pytest.raises(ValueError, match=r"task\.goal_rotation must be one of z, any, got 'xy'"):
+        _env("hand_reorient", goal_rotation="xy")
+    with pytest.raises(ValueError, match=r"task\.rotation_threshold"):
+        _env("hand_reorient", rotation_threshold=0.0)

@@ -1,0 +1,103 @@
+"""hand_reorient: turn a cube lying on the palm of a four-finger hand to a goal orientation.
+
+The hand (tasks/assets/hand4.xml, spec hardware/robots/hand4.yaml) sits palm up on a fixed wrist. Action:
+16 joint deltas (`task.control=joint_delta`, the default) or absolute joint positions (`joint_position`).
+Goals turn the cube by 45 to 180 degrees from its start, about the vertical (`task.goal_rotation=z`) or
+about a random axis (`any`). Success: within `rotation_threshold` radians of the goal. Dropping the cube
+ends the episode (terminated).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from robotrl.tasks.arm_task import ArmTask
+from robotrl.tasks.rotations import quat_angle, quat_conjugate, quat_from_axis_angle, quat_multiply
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.env import Obs
+
+GOAL_ROTATIONS = ("z", "any")
+FINGERTIPS = ("index_fingertip", "middle_fingertip", "ring_fingertip", "thumb_fingertip")
+CUBE_HALF = 0.025
+GOAL_MARKER = torch.tensor([0.4, 0.12, 0.3])
+
+
+class HandReorient(ArmTask):
+    robot_name = "hand4"
+    scene = "hand_reorient.xml"
+    default_control = "joint_delta"
+    default_episode_steps = 150
+
+    def __init__(self, cfg, num_envs: int):
+        if cfg.goal_rotation not in GOAL_ROTATIONS:
+            choices = ", ".join(GOAL_ROTATIONS)
+            raise ValueError(f"task.goal_rotation must be one of {choices}, got {cfg.goal_rotation!r}")
+        if not 0.0 < cfg.rotation_threshold < math.pi:
+            raise ValueError(f"task.rotation_threshold must be in (0, pi) radians, got {cfg.rotation_threshold}")
+        super().__init__(cfg, num_envs)
+        self.goal = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(num_envs, 1)
+        self.palm_center = self.backend.site_pose("palm_center")[0][0].clone()  # the wrist is fixed
+
+    @property
+    def obs_spec(self) -> dict[str, TensorSpec]:
+        return {
+            **self.proprio_spec(),
+            "cube_pos": TensorSpec((3,)),
+            "cube_quat": TensorSpec((4,)),
+            "goal_quat": TensorSpec((4,)),
+            "cube_to_goal": TensorSpec((4,)),
+        }
+
+    def proprio_spec(self) -> dict[str, TensorSpec]:
+        n = len(self.robot.joints)
+        return {
+            "hand_qpos": TensorSpec((n,)),
+            "hand_qvel": TensorSpec((n,)),
+            "fingertips": TensorSpec((3 * len(FINGERTIPS),)),
+        }
+
+    def proprio(self) -> Obs:
+        tips = torch.cat([self.backend.site_pose(site)[0] for site in FINGERTIPS], -1)
+        return {
+            "hand_qpos": self.backend.joint_pos(self.robot.joints),
+            "hand_qvel": self.backend.joint_vel(self.robot.joints),
+            "fingertips": tips - self.palm_center.repeat(len(FINGERTIPS)),
+        }
+
+    def reset_scene(self, env_ids: torch.Tensor) -> None:
+        k = len(env_ids)
+        vertical = torch.tensor([0.0, 0.0, 1.0]).expand(k, 3)
+        start_yaw = (torch.rand(k, generator=self.generator) * 2 - 1) * math.pi
+        start = quat_from_axis_angle(vertical, start_yaw)
+        xy = (torch.rand(k, 2, generator=self.generator) * 2 - 1) * 0.005
+        pos = self.palm_center + torch.cat([xy, torch.full((k, 1), CUBE_HALF + 0.002)], -1)
+        self.backend.set_free_body_pose(env_ids, "cube", pos, start)
+        axis = vertical if self.cfg.goal_rotation == "z" else torch.randn(k, 3, generator=self.generator)
+        turn = math.pi / 4 + torch.rand(k, generator=self.generator) * (3 * math.pi / 4)
+        sign = torch.where(torch.rand(k, generator=self.generator) < 0.5, -1.0, 1.0)
+        self.goal[env_ids] = quat_multiply(quat_from_axis_angle(axis, sign * turn), start)
+        self.backend.set_mocap_pose(env_ids, "goal", GOAL_MARKER.expand(k, 3), self.goal[env_ids])
+
+    def observe(self) -> Obs:
+        obs = self.proprio()
+        pos, quat = self.backend.body_pose("cube")
+        obs.update(
+            cube_pos=pos - self.palm_center,
+            cube_quat=quat,
+            goal_quat=self.goal.clone(),
+            cube_to_goal=quat_multiply(self.goal, quat_conjugate(quat)),
+        )
+        return obs
+
+    def evaluate(self):
+        pos, quat = self.backend.body_pose("cube")
+        angle = quat_angle(quat, self.goal)
+        dropped = pos[:, 2] < self.palm_center[2] - self.cfg.drop_height
+        success = (angle < self.cfg.rotation_threshold) & ~dropped
+        if self.cfg.reward == "sparse":
+            reward = success.float() - 1.0
+        else:  # as the IsaacGym Allegro task: inverse rotation distance, a success bonus, a drop penalty
+            reward = 0.1 / (angle + 0.1) + success.float() - 2.0 * dropped.float()
+        return reward, success, dropped
