@@ -29,6 +29,7 @@ class ArmTaskConfig:
     reward: str = "dense"  # dense | sparse
     episode_steps: int | None = None  # None: the task's own default (reach 50, pick 100)
     control_substeps: int = 20  # physics steps per control step (0.002 s each: 25 Hz control)
+    sim_threads: int = 1  # threads stepping the envs when num_envs > 1 (MuJoCo backend)
     max_ee_step: float = 0.05  # metres per control step at |action| = 1
     max_joint_step: float = 0.1  # radians per control step at |action| = 1 (joint_delta)
     success_threshold: float = 0.05  # metres (as gymnasium-robotics Fetch)

@@ -42,6 +42,7 @@ class ArmController:
         # joint_delta integrates on the last command, not on the measured position: a held action of zero
         # holds the pose instead of letting gravity or contact sag accumulate into the targets
         self.last_target = torch.zeros(n, len(robot.joints))
+        self._damping_eye = self.damping**2 * torch.eye(6)
 
     @property
     def action_dim(self) -> int:
@@ -80,5 +81,5 @@ class ArmController:
         jac = self.backend.site_jacobian(site, self.robot.joints)  # [E, 6, n]
         dx = torch.bmm(self.frame, (action * self.max_ee_step).unsqueeze(-1)).squeeze(-1)
         error = torch.cat([dx, rotation_error(self.target_quat, quat)], -1)  # [E, 6]
-        jjt = torch.bmm(jac, jac.transpose(1, 2)) + self.damping**2 * torch.eye(6)
+        jjt = torch.baddbmm(self._damping_eye, jac, jac.transpose(1, 2))
         return torch.bmm(jac.transpose(1, 2), torch.linalg.solve(jjt, error.unsqueeze(-1))).squeeze(-1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -15,29 +16,36 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco
 
-_UNSTABLE = tuple(
-    int(w)
-    for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
-)
+_WARNING = mujoco.mjtWarning
+_UNSTABLE = np.array([int(w) for w in (_WARNING.mjWARN_BADQPOS, _WARNING.mjWARN_BADQVEL, _WARNING.mjWARN_BADQACC)])
 
 
 def _instability_count(data) -> int:
-    return sum(int(data.warning[w].number) for w in _UNSTABLE)
+    return int(data.warning.number[_UNSTABLE].sum())
 
 
 _HINGE_OR_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 
 
 class MujocoBackend(SimBackend):
-    def __init__(self, xml: str | Path, num_envs: int = 1):
+    """`threads` > 1 steps the envs on a thread pool (MuJoCo releases the GIL inside mj_step)."""
+
+    def __init__(self, xml: str | Path, num_envs: int = 1, threads: int = 1):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if threads < 1:
+            raise ValueError(f"task.sim_threads must be >= 1, got {threads}")
+        threads = min(threads, num_envs)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="mujoco") if threads > 1 else None
         self.model = mujoco.MjModel.from_xml_path(str(xml))
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         self.num_envs = num_envs
         self.physics_dt = float(self.model.opt.timestep)
         self._renderer: mujoco.Renderer | None = None
         self._jac = np.zeros((6, self.model.nv))
+        # Queries read from tensors built once per state: a task asks for the same poses several times a
+        # step (observation, reward, controller), and each build costs a pass over every MjData.
+        self._snapshot: dict = {}
         for data in self.datas:
             mujoco.mj_forward(self.model, data)
 
@@ -63,16 +71,30 @@ class MujocoBackend(SimBackend):
     def _ids(self, kind, names: tuple[str, ...], what: str) -> np.ndarray:
         return np.array([self._named(kind, n, what) for n in names])
 
+    @cache  # noqa: B019
+    def _joint_index(self, joints: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        qpos, qvel = self._joint_addr(joints)
+        return torch.from_numpy(qpos), torch.from_numpy(qvel)
+
+    def _stacked(self, field: str) -> torch.Tensor:
+        """[E, ...] float32 copy of an MjData array, built once until the state changes."""
+        hit = self._snapshot.get(field)
+        if hit is None:
+            hit = self._snapshot[field] = torch.from_numpy(np.stack([getattr(d, field) for d in self.datas])).float()
+        return hit
+
+    def _changed(self) -> None:
+        self._snapshot.clear()
+
     # -- state -----------------------------------------------------------------------------------
     def joint_pos(self, joints: Sequence[str]) -> torch.Tensor:
-        adr, _ = self._joint_addr(tuple(joints))
-        return torch.from_numpy(np.stack([d.qpos[adr] for d in self.datas])).float()
+        return self._stacked("qpos").index_select(1, self._joint_index(tuple(joints))[0])
 
     def joint_vel(self, joints: Sequence[str]) -> torch.Tensor:
-        _, adr = self._joint_addr(tuple(joints))
-        return torch.from_numpy(np.stack([d.qvel[adr] for d in self.datas])).float()
+        return self._stacked("qvel").index_select(1, self._joint_index(tuple(joints))[1])
 
     def set_joint_state(self, env_ids, joints, pos, vel=None) -> None:
+        self._changed()
         qadr, vadr = self._joint_addr(tuple(joints))
         pos = pos.detach().cpu().double().numpy()
         vel = np.zeros_like(pos) if vel is None else vel.detach().cpu().double().numpy()
@@ -81,6 +103,7 @@ class MujocoBackend(SimBackend):
             self.datas[i].qvel[vadr] = vel[k]
 
     def set_free_body_pose(self, env_ids, body, pos, quat) -> None:
+        self._changed()
         body_id = self._named(mujoco.mjtObj.mjOBJ_BODY, body, "body")
         joint = self.model.body_jntadr[body_id]
         if joint < 0 or int(self.model.jnt_type[joint]) != int(mujoco.mjtJoint.mjJNT_FREE):
@@ -92,6 +115,7 @@ class MujocoBackend(SimBackend):
             self.datas[i].qvel[vadr : vadr + 6] = 0.0
 
     def set_mocap_pose(self, env_ids, body, pos, quat=None) -> None:
+        self._changed()
         mocap = self.model.body_mocapid[self._named(mujoco.mjtObj.mjOBJ_BODY, body, "body")]
         if mocap < 0:
             raise ValueError(f"body {body!r} is not a mocap body")
@@ -109,18 +133,27 @@ class MujocoBackend(SimBackend):
             data.ctrl[ids] = row
 
     def step(self, substeps: int) -> None:
-        for i, data in enumerate(self.datas):
-            before = _instability_count(data)
-            mujoco.mj_step(self.model, data, nstep=substeps)
-            if _instability_count(data) != before:
-                # MuJoCo resets a diverged MjData to its initial state and carries on; a silent teleport
-                # would reach the policy and the replay buffer as if it were physics.
-                raise FloatingPointError(
-                    f"MuJoCo simulation of env {i} diverged (NaN/Inf or huge values in qpos, qvel or qacc) "
-                    f"at time {data.time:.3f} s; lower the timestep or the gains"
-                )
+        self._changed()
+        if self._pool is None:
+            for i in range(self.num_envs):
+                self._step_env(i, substeps)
+        else:
+            list(self._pool.map(self._step_env, range(self.num_envs), [substeps] * self.num_envs))
+
+    def _step_env(self, i: int, substeps: int) -> None:
+        data = self.datas[i]
+        before = _instability_count(data)
+        mujoco.mj_step(self.model, data, nstep=substeps)
+        if _instability_count(data) != before:
+            # MuJoCo resets a diverged MjData to its initial state and carries on; a silent teleport
+            # would reach the policy and the replay buffer as if it were physics.
+            raise FloatingPointError(
+                f"MuJoCo simulation of env {i} diverged (NaN/Inf or huge values in qpos, qvel or qacc) "
+                f"at time {data.time:.3f} s; lower the timestep or the gains"
+            )
 
     def forward(self, env_ids=None) -> None:
+        self._changed()
         targets = range(self.num_envs) if env_ids is None else env_ids.tolist()
         for i in targets:
             mujoco.mj_forward(self.model, self.datas[i])
@@ -128,35 +161,45 @@ class MujocoBackend(SimBackend):
     # -- kinematics ------------------------------------------------------------------------------
     def site_pose(self, site):
         sid = self._named(mujoco.mjtObj.mjOBJ_SITE, site, "site")
-        pos = np.stack([d.site_xpos[sid] for d in self.datas])
-        quat = np.zeros((self.num_envs, 4))
-        for k, d in enumerate(self.datas):
-            mujoco.mju_mat2Quat(quat[k], d.site_xmat[sid])
-        return torch.from_numpy(pos).float(), torch.from_numpy(quat).float()
+        key = ("site_quat", sid)
+        quat = self._snapshot.get(key)
+        if quat is None:
+            quats = np.zeros((self.num_envs, 4))
+            for k, d in enumerate(self.datas):
+                mujoco.mju_mat2Quat(quats[k], d.site_xmat[sid])
+            quat = self._snapshot[key] = torch.from_numpy(quats).float()
+        return self._stacked("site_xpos")[:, sid].clone(), quat.clone()
 
     def body_pose(self, body):
         bid = self._named(mujoco.mjtObj.mjOBJ_BODY, body, "body")
-        pos = np.stack([d.xpos[bid] for d in self.datas])
-        quat = np.stack([d.xquat[bid] for d in self.datas])
-        return torch.from_numpy(pos).float(), torch.from_numpy(quat).float()
+        return self._stacked("xpos")[:, bid].clone(), self._stacked("xquat")[:, bid].clone()
 
     def site_jacobian(self, site, joints):
         sid = self._named(mujoco.mjtObj.mjOBJ_SITE, site, "site")
         _, vadr = self._joint_addr(tuple(joints))
-        out = np.empty((self.num_envs, 6, len(vadr)))
-        for k, d in enumerate(self.datas):
-            mujoco.mj_jacSite(self.model, d, self._jac[:3], self._jac[3:], sid)
-            out[k] = self._jac[:, vadr]
-        return torch.from_numpy(out).float()
+        key = ("jacobian", sid, tuple(joints))
+        jac = self._snapshot.get(key)
+        if jac is None:
+            out = np.empty((self.num_envs, 6, len(vadr)))
+            for k, d in enumerate(self.datas):
+                mujoco.mj_jacSite(self.model, d, self._jac[:3], self._jac[3:], sid)
+                out[k] = self._jac[:, vadr]
+            jac = self._snapshot[key] = torch.from_numpy(out).float()
+        return jac.clone()
 
     def in_contact(self, geoms_a, geoms_b):
+        key = ("contact", tuple(geoms_a), tuple(geoms_b))
+        hit = self._snapshot.get(key)
+        if hit is not None:
+            return hit.clone()
         in_a, in_b = self._geom_mask(tuple(geoms_a)), self._geom_mask(tuple(geoms_b))
         out = np.zeros(self.num_envs, dtype=bool)
         for k, d in enumerate(self.datas):
             pairs = d.contact.geom[: d.ncon]  # [ncon, 2], one array view (no per-contact objects)
             g1, g2 = pairs[:, 0], pairs[:, 1]
             out[k] = bool(np.any((in_a[g1] & in_b[g2]) | (in_b[g1] & in_a[g2])))
-        return torch.from_numpy(out)
+        self._snapshot[key] = torch.from_numpy(out)
+        return torch.from_numpy(out.copy())
 
     @cache  # noqa: B019
     def _geom_mask(self, geoms: tuple[str, ...]) -> np.ndarray:
@@ -181,6 +224,9 @@ class MujocoBackend(SimBackend):
         return torch.from_numpy(frames)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None

@@ -6,21 +6,30 @@ import torch
 
 
 def quat_conjugate(q: torch.Tensor) -> torch.Tensor:
-    return q * q.new_tensor([1.0, -1.0, -1.0, -1.0])
+    return q * _CONJUGATE
+
+
+def _hamilton_table() -> torch.Tensor:
+    """[4, 16]: `a @ table` laid out as 4x4 is the matrix L(a) with L(a) @ b = a * b (Hamilton product)."""
+    table = torch.zeros(4, 4, 4)  # [i, j, k]: coefficient of a_j * b_k in (a * b)_i
+    for i, j, k, sign in (
+        (0, 0, 0, 1), (0, 1, 1, -1), (0, 2, 2, -1), (0, 3, 3, -1),
+        (1, 0, 1, 1), (1, 1, 0, 1), (1, 2, 3, 1), (1, 3, 2, -1),
+        (2, 0, 2, 1), (2, 1, 3, -1), (2, 2, 0, 1), (2, 3, 1, 1),
+        (3, 0, 3, 1), (3, 1, 2, 1), (3, 2, 1, -1), (3, 3, 0, 1),
+    ):  # fmt: skip
+        table[i, j, k] = sign
+    return table.permute(1, 0, 2).reshape(4, 16)
+
+
+_HAMILTON = _hamilton_table()
+_CONJUGATE = torch.tensor([1.0, -1.0, -1.0, -1.0])
 
 
 def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    aw, ax, ay, az = a.unbind(-1)
-    bw, bx, by, bz = b.unbind(-1)
-    return torch.stack(
-        [
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ],
-        -1,
-    )
+    """Hamilton product a * b, as one small matrix product (a task calls this every control step)."""
+    left = torch.matmul(a, _HAMILTON).reshape(*a.shape[:-1], 4, 4)
+    return torch.matmul(left, b.unsqueeze(-1)).squeeze(-1)
 
 
 def quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
@@ -44,11 +53,10 @@ def quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
 def rotation_error(target: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
     """Axis-angle vector [.., 3] rotating `current` onto `target`, in the world frame (shortest way)."""
     q = quat_multiply(target, quat_conjugate(current))
-    q = torch.where(q[..., :1] < 0, -q, q)
+    q = q * torch.where(q[..., :1] < 0, -1.0, 1.0)
     vec = q[..., 1:]
-    sin_half = vec.norm(dim=-1, keepdim=True).clamp_min(1e-9)
-    angle = 2.0 * torch.atan2(sin_half, q[..., :1])
-    return vec / sin_half * angle
+    sin_half = vec.norm(dim=-1, keepdim=True)
+    return vec * (2.0 * torch.atan2(sin_half, q[..., :1]) / sin_half.clamp_min(1e-9))
 
 
 def quat_from_axis_angle(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
