@@ -24,8 +24,7 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     from robotrl.agents import make_agent
     from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
     from robotrl.runtime.evaluate import evaluate
-    from robotrl.runtime.loop import resolve_device
-    from robotrl.tasks import make_env
+    from robotrl.runtime.loop import make_training_env, resolve_device
 
     if cfg.episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {cfg.episodes}")
@@ -34,7 +33,7 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     if not config_path.exists():
         raise FileNotFoundError(f"run={cfg.run!r}: {config_path} does not exist (not a robotrl run directory?)")
     train_cfg = to_train_config(OmegaConf.load(config_path))
-    env = make_env(train_cfg.task, num_envs=1, render=cfg.video)
+    env = make_training_env(train_cfg, num_envs=1, render=cfg.video)
     agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, resolve_device(cfg.device))
     ckpt = latest_checkpoint(run_dir / "checkpoints")
     load_checkpoint(ckpt, agent, replay=None, restore_rng=False)

@@ -7,10 +7,16 @@ from typing import Any
 import torch
 
 from robotrl.agents.base import Agent
+from robotrl.agents.chunk import ChunkConfig, ChunkCritic
+from robotrl.agents.drqv2 import DrQv2, DrQv2Config
 from robotrl.agents.sac import SAC, SACConfig
 from robotrl.data.spec import ObsSpec
 
-AGENTS: dict[str, tuple[type, type[Agent]]] = {"sac": (SACConfig, SAC)}
+AGENTS: dict[str, tuple[type, type[Agent]]] = {
+    "sac": (SACConfig, SAC),
+    "drqv2": (DrQv2Config, DrQv2),
+    "chunk": (ChunkConfig, ChunkCritic),
+}
 AGENT_CONFIGS = {name: cfg for name, (cfg, _) in AGENTS.items()}
 
 
@@ -23,4 +29,15 @@ def make_agent(cfg: Any, obs_spec: ObsSpec, action_dim: int, device: str | torch
     return agent_cls(cfg, obs_spec, action_dim, device)
 
 
-__all__ = ["AGENTS", "AGENT_CONFIGS", "SAC", "Agent", "SACConfig", "make_agent"]
+__all__ = [
+    "AGENTS",
+    "AGENT_CONFIGS",
+    "SAC",
+    "Agent",
+    "ChunkConfig",
+    "ChunkCritic",
+    "DrQv2",
+    "DrQv2Config",
+    "SACConfig",
+    "make_agent",
+]

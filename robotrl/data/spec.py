@@ -32,3 +32,8 @@ def check_obs(obs_spec: ObsSpec, obs: Mapping[str, torch.Tensor], batch_dims: in
         raise ValueError(f"observation keys {sorted(obs)} do not match the spec's {sorted(obs_spec)}")
     for key, spec in obs_spec.items():
         spec.check(f"observation[{key!r}]", obs[key], batch_dims)
+
+
+def pixel_keys(obs_spec: ObsSpec) -> list[str]:
+    """The image entries of an observation spec (uint8 [C, H, W]), sorted."""
+    return sorted(k for k, s in obs_spec.items() if s.dtype == torch.uint8 and len(s.shape) == 3)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from robotrl.data.spec import ObsSpec
+from robotrl.data.spec import ObsSpec, pixel_keys
 
 
 class StateEncoder(nn.Module):
@@ -34,3 +34,69 @@ class StateEncoder(nn.Module):
             x = obs[self.keys[0]]
             return x.reshape(x.shape[0], -1)
         return torch.cat([obs[k].reshape(obs[k].shape[0], -1) for k in self.keys], dim=-1)
+
+
+def to_unit_range(pixels: torch.Tensor) -> torch.Tensor:
+    """uint8 images -> float in [-0.5, 0.5], as DrQ-v2 feeds its encoder."""
+    return pixels.float().div_(255.0).sub_(0.5)
+
+
+class ConvEncoder(nn.Module):
+    """DrQ-v2's image encoder: `layers` 3x3 convolutions of `channels` filters (the first with stride 2),
+    ReLU after each, flattened. 84x84 input with the defaults gives 32 x 35 x 35 = 39,200 features."""
+
+    def __init__(self, in_channels: int, image_size: int, channels: int = 32, layers: int = 4):
+        super().__init__()
+        if layers < 1 or channels < 1:
+            raise ValueError(f"a conv encoder needs layers >= 1 and channels >= 1, got {layers} and {channels}")
+        convs: list[nn.Module] = [nn.Conv2d(in_channels, channels, 3, stride=2), nn.ReLU()]
+        for _ in range(layers - 1):
+            convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU()]
+        self.convs = nn.Sequential(*convs)
+        side = (image_size - 3) // 2 + 1 - 2 * (layers - 1)
+        if side < 1:
+            raise ValueError(f"{layers} conv layers leave nothing of a {image_size}x{image_size} image")
+        self.out_dim = channels * side * side
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """uint8 or float [B, C, H, W] -> [B, out_dim]."""
+        x = to_unit_range(pixels) if pixels.dtype == torch.uint8 else pixels
+        return self.convs(x).flatten(1)
+
+
+class PixelEncoder(nn.Module):
+    """One ConvEncoder per camera entry (uint8 [C, H, W]); their features are concatenated in key order.
+
+    State entries of the same observation are left to `state` (a StateEncoder, None if there are none), so
+    an agent can place them after its image trunk instead of drowning them in tens of thousands of conv
+    features.
+    """
+
+    def __init__(self, obs_spec: ObsSpec, channels: int = 32, layers: int = 4):
+        super().__init__()
+        self.image_keys = pixel_keys(obs_spec)
+        if not self.image_keys:
+            raise ValueError(
+                f"a pixel encoder needs uint8 [C, H, W] image entries; the observation has {sorted(obs_spec)}"
+            )
+        for key in self.image_keys:
+            _, height, width = obs_spec[key].shape
+            if height != width:
+                raise ValueError(f"image entry {key!r} is {height}x{width}; pixel encoders take square images")
+        self.cameras = nn.ModuleDict(
+            {
+                key: ConvEncoder(obs_spec[key].shape[0], obs_spec[key].shape[1], channels, layers)
+                for key in self.image_keys
+            }
+        )
+        self.out_dim = sum(encoder.out_dim for encoder in self.cameras.values())
+        state_spec = {k: s for k, s in obs_spec.items() if k not in self.image_keys}
+        self.state = StateEncoder(state_spec) if state_spec else None
+        self.state_dim = self.state.out_dim if self.state is not None else 0
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        features = [self.cameras[key](obs[key]) for key in self.image_keys]
+        return features[0] if len(features) == 1 else torch.cat(features, dim=-1)
+
+    def state_features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        return None if self.state is None else self.state(obs)

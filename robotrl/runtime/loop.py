@@ -16,9 +16,13 @@ import torch
 
 from robotrl.agents import make_agent
 from robotrl.config import TrainConfig
+from robotrl.data.frame_replay import FrameReplay
 from robotrl.data.replay import ReplayBuffer
+from robotrl.data.spec import pixel_keys
+from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.evaluate import evaluate
+from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
@@ -83,6 +87,22 @@ class EpisodeStats:
         return out
 
 
+def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False):
+    """The task's env, frame-stacked when the agent stacks frames (pixel agents)."""
+    env = make_env(cfg.task, num_envs=num_envs, render=render)
+    frame_stack = getattr(cfg.agent, "frame_stack", 1)
+    return FrameStack(env, frame_stack) if frame_stack > 1 else env
+
+
+def make_replay(cfg: TrainConfig, env, device: torch.device) -> ReplayBuffer:
+    """A FrameReplay (each frame stored once) for pixel observations, else a plain ReplayBuffer."""
+    common = {"n_step": cfg.agent.n_step, "gamma": cfg.agent.gamma, "device": device}
+    if pixel_keys(env.obs_spec):
+        frame_stack = getattr(cfg.agent, "frame_stack", 1)
+        return FrameReplay(env.obs_spec, env.action_dim, cfg.replay_capacity, cfg.num_envs, frame_stack, **common)
+    return ReplayBuffer(env.obs_spec, env.action_dim, cfg.replay_capacity, cfg.num_envs, **common)
+
+
 def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
@@ -94,20 +114,15 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     device = resolve_device(cfg.device)
+    if device.type == "cpu":
+        retain_freed_memory()
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
 
-    env = make_env(cfg.task, num_envs=cfg.num_envs)
+    env = make_training_env(cfg, cfg.num_envs)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
-    replay = ReplayBuffer(
-        env.obs_spec,
-        env.action_dim,
-        cfg.replay_capacity,
-        cfg.num_envs,
-        n_step=cfg.agent.n_step,
-        gamma=cfg.agent.gamma,
-        device=device,
-    )
+    replay = make_replay(cfg, env, device)
+    update_every = getattr(cfg.agent, "update_every", 1)
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
     if resume:
         path = latest_checkpoint(ckpt_root)
@@ -125,7 +140,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     def run_eval(step: int, video: bool) -> dict[str, float]:
         nonlocal eval_env
         if eval_env is None:
-            eval_env = make_env(cfg.task, num_envs=1, render=cfg.video)
+            eval_env = make_training_env(cfg, num_envs=1, render=cfg.video)
         video_path = run_dir / "videos" / f"eval_step_{step:09d}.mp4" if video and cfg.video else None
         result = evaluate(agent, eval_env, cfg.eval_episodes, seed=cfg.seed + 10_000 + step, video_path=video_path)
         counters["evals"] += 1
@@ -168,8 +183,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             prev, step = step, step + cfg.num_envs
             counters["env_step"] = step
 
-            if step > cfg.learning_starts:
-                for _ in range(cfg.agent.utd_ratio * cfg.num_envs):
+            if step > cfg.learning_starts and _crossed(prev, step, update_every):
+                for _ in range(cfg.agent.utd_ratio * max(cfg.num_envs // update_every, 1)):
                     update_metrics.add(agent.update(replay.sample(cfg.agent.batch_size)))
                 counters["updates"] = agent.num_updates
 

@@ -1,0 +1,219 @@
+"""DrQ-v2 speed and memory, against the original implementation's update (bench/drqv2_reference.py)
+measured in the same run, each side in its own process.
+
+Figures:
+  updates_per_s / reference_updates_per_s / ratio: gradient updates per second at the paper's
+      architecture (84x84, frame stack 3, batch 256, 4x32 convolutions, hidden 1024), ours sampling each
+      batch from a FrameReplay, the reference updating from a batch already in memory. Goal: ratio >= 2.
+  loop_frames_per_s: env frames per second of our whole training loop (panda_reach from 84x84 pixels,
+      an update every 2 steps) at that architecture; the issue quotes about 2.3 for the original's loop.
+  bytes_per_transition_over_frame: our FrameReplay's bytes per stored transition over one frame's bytes,
+      frame stack 3, 50-step episodes. Goal: <= 1.1.
+  cuda: the same update figures on a GPU when one is at hand.
+  learn (with --learn): DrQ-v2 light (64x64, agent=drqv2_light) on panda_reach from pixels until 80%
+      evaluation success: the env frames and wall-clock it needed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit, parse_args
+
+BATCH, SIZE, STACK, ACTION_DIM = 256, 84, 3, 3
+
+
+def ours_updates_per_s(updates: int, device: str) -> float:
+    import torch
+
+    from robotrl.agents import DrQv2, DrQv2Config
+    from robotrl.data.frame_replay import FrameReplay
+    from robotrl.data.spec import TensorSpec
+    from robotrl.runtime.allocator import retain_freed_memory
+
+    if device == "cpu":
+        retain_freed_memory()
+    spec = {"pixels_front": TensorSpec((3 * STACK, SIZE, SIZE), torch.uint8)}
+    agent = DrQv2(DrQv2Config(), spec, ACTION_DIM, device)
+    replay = _filled_replay(FrameReplay, spec, 2_000, device)
+    for _ in range(3):
+        agent.update(replay.sample(BATCH))
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(updates):
+        agent.update(replay.sample(BATCH))
+    _sync(device)
+    return updates / (time.perf_counter() - start)
+
+
+def reference_updates_per_s(updates: int, device: str) -> float:
+    import torch
+    from drqv2_reference import ReferenceDrQv2
+
+    ref = ReferenceDrQv2(3 * STACK, SIZE, ACTION_DIM)
+    for module in (ref.encoder, ref.actor, ref.critic, ref.critic_target):
+        module.to(device)
+    obs = torch.randint(0, 256, (BATCH, 3 * STACK, SIZE, SIZE), dtype=torch.uint8, device=device)
+    next_obs = torch.randint(0, 256, (BATCH, 3 * STACK, SIZE, SIZE), dtype=torch.uint8, device=device)
+    action = torch.rand(BATCH, ACTION_DIM, device=device) * 2 - 1
+    reward = torch.randn(BATCH, 1, device=device)
+    for _ in range(3):
+        ref.update(obs, action, reward, next_obs)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(updates):
+        ref.update(obs, action, reward, next_obs)
+    _sync(device)
+    return updates / (time.perf_counter() - start)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _filled_replay(cls, spec, transitions: int, device: str, episode_len: int = 50):
+    import torch
+
+    replay = cls(spec, ACTION_DIM, capacity=transitions, frame_stack=STACK, n_step=3, device=device)
+    generator = torch.Generator().manual_seed(0)
+    frame = torch.randint(0, 256, (1, 3, SIZE, SIZE), dtype=torch.uint8, generator=generator)
+    stack = frame.repeat(1, STACK, 1, 1)
+    for t in range(transitions):
+        nxt = torch.cat([stack[:, 3:], torch.randint(0, 256, (1, 3, SIZE, SIZE), dtype=torch.uint8)], 1)
+        end = torch.tensor([(t + 1) % episode_len == 0])
+        replay.add({"pixels_front": stack}, torch.zeros(1, ACTION_DIM), torch.zeros(1), {"pixels_front": nxt}, end, end)
+        stack = frame.repeat(1, STACK, 1, 1) if end.item() else nxt
+    return replay
+
+
+def bytes_per_transition_over_frame() -> float:
+    import torch
+
+    from robotrl.data.frame_replay import FrameReplay
+    from robotrl.data.spec import TensorSpec
+
+    spec = {"pixels_front": TensorSpec((3 * STACK, SIZE, SIZE), torch.uint8)}
+    capacity = 5_000
+    replay = _filled_replay(FrameReplay, spec, 2 * capacity, "cpu")  # wrapped: steady state
+    rows = torch.arange(replay.rows_filled)
+    stored = int(replay._valid(rows, torch.zeros_like(rows)).sum())  # transitions whose frames are all kept
+    replay_bytes = replay.nbytes()
+    return replay_bytes / stored / (3 * SIZE * SIZE)
+
+
+def loop_frames_per_s(steps: int, threads: int) -> float:
+    from robotrl.config import to_train_config
+    from robotrl.runtime.loop import train
+
+    cfg = to_train_config(
+        {
+            "agent": {"name": "drqv2"},
+            "task": {"name": "panda_reach", "obs": "pixels", "image_size": SIZE},
+            "total_steps": steps + 300,
+            "learning_starts": 300,
+            "log_interval": steps,
+            "eval_interval": 10**9,
+            "eval_episodes": 1,
+            "checkpoint_interval": 10**9,
+            "video": False,
+            "progress": False,
+            "threads": threads,
+        }
+    )
+    with tempfile.TemporaryDirectory() as run_dir:
+        start = time.perf_counter()
+        train(cfg, Path(run_dir))
+        elapsed = time.perf_counter() - start
+    return (steps + 300) / elapsed
+
+
+def learn_run(max_steps: int, threads: int) -> dict:
+    """DrQ-v2 light from pixels on panda_reach, evaluated every 2k env steps, stopped at 80% success."""
+    import csv
+
+    with tempfile.TemporaryDirectory() as root:
+        command = [
+            sys.executable,
+            "-m",
+            "robotrl.train",
+            "agent=drqv2_light",
+            "task=panda_reach",
+            "task.obs=pixels",
+            "task.image_size=64",
+            f"total_steps={max_steps}",
+            "learning_starts=1000",
+            "eval_interval=2000",
+            "eval_episodes=10",
+            "checkpoint_interval=1000000",
+            "video=false",
+            "progress=false",
+            f"threads={threads}",
+            f"hydra.run.dir={root}/run",
+        ]
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        metrics = Path(root) / "run" / "metrics.csv"
+        reached, best = None, 0.0
+        while process.poll() is None and reached is None:
+            time.sleep(5)
+            if metrics.exists():
+                for row in csv.DictReader(metrics.open()):
+                    if row["key"] == "eval/success":
+                        best = max(best, float(row["value"]))
+                        if float(row["value"]) >= 0.8 and reached is None:
+                            reached = int(row["step"])
+        elapsed = time.perf_counter() - start
+        process.kill()
+        process.wait()
+    return {"frames_to_80": reached, "wall_clock_s": round(elapsed, 1) if reached else None, "best_success": best}
+
+
+def _in_subprocess(expr: str, threads: int) -> float:
+    """Evaluate `expr` (with this module as `b`) in a fresh process: allocator settings stay per side."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch; "
+        f"torch.set_num_threads({threads}); import drqv2_speed as b; print({expr})"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    args = parse_args(
+        __doc__, lambda p: p.add_argument("--learn", action="store_true", help="also run the light learning run")
+    )
+    updates = 3 if args.quick else 15
+    figures: dict = {"threads": args.threads, "batch": BATCH, "image": SIZE, "frame_stack": STACK}
+    ours = _in_subprocess(f"b.ours_updates_per_s({updates}, 'cpu')", args.threads)
+    reference = _in_subprocess(f"b.reference_updates_per_s({updates}, 'cpu')", args.threads)
+    figures.update(
+        updates_per_s=round(ours, 3), reference_updates_per_s=round(reference, 3), ratio=round(ours / reference, 2)
+    )
+    figures["bytes_per_transition_over_frame"] = round(bytes_per_transition_over_frame(), 4)
+    if not args.quick:
+        figures["loop_frames_per_s"] = round(loop_frames_per_s(200, args.threads), 2)
+    import torch
+
+    if torch.cuda.is_available():
+        cuda_ours = _in_subprocess(f"b.ours_updates_per_s({10 * updates}, 'cuda')", args.threads)
+        cuda_ref = _in_subprocess(f"b.reference_updates_per_s({10 * updates}, 'cuda')", args.threads)
+        figures["cuda"] = {
+            "updates_per_s": round(cuda_ours, 2),
+            "reference_updates_per_s": round(cuda_ref, 2),
+            "ratio": round(cuda_ours / cuda_ref, 2),
+        }
+    if args.learn:
+        figures["learn"] = learn_run(60_000, args.threads)
+    emit("drqv2_speed", figures, args.save)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""DrQ-v2 (Yarats et al., 2021): DDPG from pixels with random-shift augmentation, n-step returns, clipped
+double Q and a scheduled exploration std.
+
+The conv encoder learns only through the critic; the actor reads detached features. Each camera has its
+own encoder; state entries (proprioception) join after the image trunk, next to its 50 features.
+Defaults are the paper's (84x84, frame stack 3, 4x32 convolutions, hidden 1024, batch 256, n-step 3,
+lr 1e-4, tau 0.01, an update every 2 env steps); `configs/agent/drqv2_light.yaml` is a CPU-sized variant.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
+from robotrl.data.replay import Batch
+from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
+from robotrl.nn.augment import random_shift
+from robotrl.nn.encoders import PixelEncoder
+from robotrl.nn.mlp import EnsembleMLP, mlp
+
+
+@dataclass
+class DrQv2Config:
+    name: str = "drqv2"
+    frame_stack: int = 3  # frames stacked per camera (the env is wrapped, the replay stores each frame once)
+    conv_channels: int = 32
+    conv_layers: int = 4
+    feature_dim: int = 50  # image trunk: Linear -> LayerNorm -> tanh
+    hidden: list[int] = field(default_factory=lambda: [1024, 1024])
+    num_critics: int = 2
+    lr: float = 1e-4
+    gamma: float = 0.99
+    tau: float = 0.01
+    n_step: int = 3
+    batch_size: int = 256
+    utd_ratio: int = 1  # gradient updates per update round
+    update_every: int = 2  # env steps per update round
+    std_init: float = 1.0  # exploration std, linear in env steps from std_init to std_final
+    std_final: float = 0.1
+    std_decay_steps: int = 100_000
+    std_clip: float = 0.3  # target-policy and actor-loss noise is clipped to +-std_clip
+    shift_pad: int = 4  # random-shift augmentation, pixels
+    precision: str = "fp32"  # fp32 | bf16 | auto, as SAC's
+
+    def validate(self) -> None:
+        positive = (
+            "frame_stack",
+            "conv_channels",
+            "conv_layers",
+            "feature_dim",
+            "num_critics",
+            "n_step",
+            "batch_size",
+            "utd_ratio",
+            "update_every",
+            "std_decay_steps",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"agent.lr must be > 0, got {self.lr}")
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
+        for name in ("std_init", "std_final", "std_clip"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"agent.{name} must be >= 0, got {getattr(self, name)}")
+        if self.shift_pad < 0:
+            raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+
+
+class Trunk(nn.Module):
+    """Image features -> `feature_dim` (Linear, LayerNorm, tanh), then the state entries appended."""
+
+    def __init__(self, image_dim: int, feature_dim: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(image_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+
+    def forward(self, image: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        h = self.net(image)
+        return h if state is None else torch.cat([h, state.to(h.dtype)], -1)
+
+
+class Actor(nn.Module):
+    def __init__(self, image_dim: int, state_dim: int, cfg: DrQv2Config, action_dim: int):
+        super().__init__()
+        self.trunk = Trunk(image_dim, cfg.feature_dim)
+        self.policy = mlp(cfg.feature_dim + state_dim, cfg.hidden, action_dim)
+
+    def forward(self, image: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """The deterministic action in (-1, 1)."""
+        return torch.tanh(self.policy(self.trunk(image, state)))
+
+
+class Critic(nn.Module):
+    """Its own trunk, then `num_critics` Q heads evaluated in one batched pass."""
+
+    def __init__(self, image_dim: int, state_dim: int, cfg: DrQv2Config, action_dim: int):
+        super().__init__()
+        self.trunk = Trunk(image_dim, cfg.feature_dim)
+        self.q = EnsembleMLP(cfg.num_critics, cfg.feature_dim + state_dim + action_dim, cfg.hidden, 1)
+
+    def forward(self, image: torch.Tensor, state: torch.Tensor | None, action: torch.Tensor) -> torch.Tensor:
+        h = self.trunk(image, state)
+        return self.q(torch.cat([h, action.to(h.dtype)], -1))  # [N, B, 1]
+
+
+def clipped_noise(shape, std: float, clip: float, device, generator=None) -> torch.Tensor:
+    return (torch.randn(shape, device=device, generator=generator) * std).clamp_(-clip, clip)
+
+
+class DrQv2(Agent):
+    def __init__(self, cfg: DrQv2Config, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
+        super().__init__()
+        cfg.validate()
+        if not pixel_keys(obs_spec):
+            raise ValueError(
+                f"agent=drqv2 learns from pixels, but the task's observation has no image entry ({sorted(obs_spec)}); "
+                "set task.obs=pixels or task.obs=state+pixels"
+            )
+        self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
+        self.encoder = PixelEncoder(obs_spec, cfg.conv_channels, cfg.conv_layers)
+        image_dim, state_dim = self.encoder.out_dim, self.encoder.state_dim
+        self.actor = Actor(image_dim, state_dim, cfg, action_dim)
+        self.critic = Critic(image_dim, state_dim, cfg, action_dim)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        # env steps on the actor's clock: drives the exploration std (saved with the agent)
+        self.register_buffer("env_steps", torch.zeros((), dtype=torch.long))
+        self.to(device)
+        self.critic_optimizer = make_adam([*self.encoder.parameters(), *self.critic.parameters()], cfg.lr)
+        self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr)
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.target_critic.parameters())
+        self._autocast = mixed_precision(cfg.precision, torch.device(device))
+        self.num_updates = 0
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"critic": self.critic_optimizer, "actor": self.actor_optimizer}
+
+    def advance_exploration(self, episode_start: torch.Tensor) -> None:
+        self.env_steps += episode_start.numel()
+
+    def exploration_std(self) -> float:
+        cfg = self.cfg
+        progress = min(int(self.env_steps) / cfg.std_decay_steps, 1.0)
+        return cfg.std_init + progress * (cfg.std_final - cfg.std_init)
+
+    def _encode(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.encoder(obs), self.encoder.state_features(obs)
+
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        check_obs(self.obs_spec, obs)
+        with self._autocast():
+            action = self.actor(*self._encode(obs)).float()
+        if deterministic:
+            return action
+        return (action + torch.randn_like(action) * self.exploration_std()).clamp_(-1.0, 1.0)
+
+    def _augment(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = dict(obs)
+        for key in self.encoder.image_keys:
+            out[key] = random_shift(obs[key], self.cfg.shift_pad)
+        return out
+
+    def _policy_sample(self, image: torch.Tensor, state: torch.Tensor | None, std: float) -> torch.Tensor:
+        mean = self.actor(image, state).float()
+        noise = clipped_noise(mean.shape, std, self.cfg.std_clip, mean.device)
+        return (mean + noise).clamp(-1.0, 1.0)
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """A critic (and encoder) step on augmented observations, then an actor step on detached features."""
+        std = self.exploration_std()
+        obs, next_obs = self._augment(batch.obs), self._augment(batch.next_obs)
+        with self._autocast():
+            image, state = self._encode(obs)
+            with torch.no_grad():
+                next_image, next_state = self._encode(next_obs)
+                next_action = self._policy_sample(next_image, next_state, std)
+                target_q = full_precision_min(self.target_critic(next_image, next_state, next_action))
+                target = batch.reward + batch.discount * target_q
+            q = self.critic(image, state, batch.action).float()
+            critic_loss = F.mse_loss(q, target.expand_as(q)) * q.shape[0]
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        with self._autocast():
+            image, state = image.detach(), None if state is None else state.detach()
+            action = self._policy_sample(image, state, std)
+            actor_q = full_precision_min(self.critic(image, state, action))
+            actor_loss = -actor_q.mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
+        self.num_updates += 1
+        return {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "q_mean": q.detach().mean(),
+            "exploration_std": torch.tensor(std),
+        }
+
+
+def full_precision_min(q: torch.Tensor) -> torch.Tensor:
+    """The ensemble minimum [B, 1] of [N, B, 1] Q-values, in float32."""
+    return q.float().min(dim=0).values
