@@ -2,7 +2,8 @@
 
 Layout is [time, env, ...]: each `add` writes one step of `num_envs` parallel environments, so a
 transition's successor in its own episode is always one row down, whatever the number of envs. That
-keeps n-step returns a vectorized gather instead of a per-sample walk.
+keeps n-step returns and action sequences (for action-chunk critics) a vectorized gather instead of a
+per-sample walk.
 """
 
 from __future__ import annotations
@@ -27,6 +28,21 @@ class Batch:
     reward: torch.Tensor  # [B, 1], the (n-step) discounted sum of rewards
     discount: torch.Tensor  # [B, 1]
     next_obs: Obs
+
+
+@dataclass
+class SequenceBatch(Batch):
+    """A Batch whose transitions each start a sequence of `L` steps that stays inside one episode.
+
+    A sequence stops after its episode's last step (termination or truncation) and at the newest stored
+    step; `valid` marks the steps it keeps (step 0 always), `count` of them. `reward` is their discounted
+    sum, `discount` is gamma^count * (1 - terminated) and `next_obs` the observation after the last kept
+    step: the h-step backup of a critic that scores the whole action sequence. `action` is step 0's.
+    """
+
+    actions: torch.Tensor  # [B, L, A]; steps past the sequence's end repeat its last kept action
+    rewards: torch.Tensor  # [B, L]; 0 where not valid
+    valid: torch.Tensor  # [B, L] bool
 
 
 class ReplayBuffer:
@@ -72,7 +88,6 @@ class ReplayBuffer:
         self.pos = 0  # next row to write
         self.full = False
         self._gamma_powers = gamma ** torch.arange(n_step, device=self.device, dtype=torch.float32)
-        self._steps = torch.arange(n_step, device=self.device)
 
     def _alloc_obs(self, rows: int, envs: int) -> Obs:
         return {
@@ -112,34 +127,68 @@ class ReplayBuffer:
         check_obs(self.obs_spec, obs)
         TensorSpec((self.action_dim,)).check("action", action)
 
-    def sample(self, batch_size: int) -> Batch:
+    def _sample_index(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         filled = self.rows_filled
         if filled == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         row = torch.randint(0, filled, (batch_size,), device=self.device)
         env = torch.randint(0, self.num_envs, (batch_size,), device=self.device)
+        return row, env
+
+    def sample(self, batch_size: int) -> SequenceBatch:
+        """Uniform transitions with `n_step` returns; each also carries its `n_step`-step action sequence."""
+        row, env = self._sample_index(batch_size)
+        if self.n_step > 1:
+            return self.sequences_at(row, env, self.n_step)
         obs = {k: v[row, env] for k, v in self.obs.items()}
         action = self.action[row, env]
-        if self.n_step == 1:
-            reward = self.reward[row, env]
-            discount = self.gamma * (~self.terminated[row, env]).float()
-            last = row
-        else:
-            reward, discount, last = self._n_step(row, env)
-        next_obs = {k: v[last, env] for k, v in self.next_obs.items()}
-        return Batch(obs, action, reward.unsqueeze(-1), discount.unsqueeze(-1), next_obs)
+        reward = self.reward[row, env].unsqueeze(-1)
+        discount = self.gamma * (~self.terminated[row, env]).float()
+        next_obs = {k: v[row, env] for k, v in self.next_obs.items()}
+        valid = torch.ones(batch_size, 1, dtype=torch.bool, device=self.device)
+        return SequenceBatch(obs, action, reward, discount.unsqueeze(-1), next_obs, action.unsqueeze(1), reward, valid)
 
-    def _n_step(self, row: torch.Tensor, env: torch.Tensor):
-        rows = (row.unsqueeze(1) + self._steps) % self.horizon  # [B, n]
+    def sample_sequences(self, batch_size: int, length: int) -> SequenceBatch:
+        """Uniform start transitions, each with the sequence of up to `length` steps that follows it."""
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"sequence length must be an integer >= 1, got {length!r}")
+        row, env = self._sample_index(batch_size)
+        return self.sequences_at(row, env, length)
+
+    def sequences_at(self, row: torch.Tensor, env: torch.Tensor, length: int) -> SequenceBatch:
+        """The sequences starting at stored rows `row` of envs `env` ([B] long tensors), see SequenceBatch."""
+        rows, valid, count = self._sequence_rows(row, env, length)
         envs = env.unsqueeze(1)
-        rewards = self.reward[rows, envs]
+        last_step = (count - 1).unsqueeze(1)
+        last = rows.gather(1, last_step).squeeze(1)
+        steps = torch.arange(length, device=self.device)
+        padded_rows = rows.gather(1, torch.minimum(steps.unsqueeze(0), last_step))  # pad: repeat the last action
+        rewards = self.reward[rows, envs] * valid
+        gamma_powers = self.gamma ** steps.float()
+        reward = (rewards * gamma_powers).sum(1, keepdim=True)
+        discount = self.gamma ** count.float() * (~self.terminated[last, env]).float()
+        obs = {k: v[row, env] for k, v in self.obs.items()}
+        next_obs = {k: v[last, env] for k, v in self.next_obs.items()}
+        actions = self.action[padded_rows, envs]
+        return SequenceBatch(obs, actions[:, 0], reward, discount.unsqueeze(-1), next_obs, actions, rewards, valid)
+
+    def _sequence_rows(self, row: torch.Tensor, env: torch.Tensor, length: int):
+        """Rows [B, L] of the `length` steps from `row` (ring order), which of them belong to the sequence
+        (same episode, not past the newest stored row) and how many do (>= 1)."""
+        steps = torch.arange(length, device=self.device)
+        rows = (row.unsqueeze(1) + steps) % self.horizon  # [B, L]
+        envs = env.unsqueeze(1)
         ends = (self.terminated[rows, envs] | self.truncated[rows, envs]).int()
         steps_ahead = (self.pos - 1 - row) % self.horizon  # newest stored row is reachable
-        within = self._steps.unsqueeze(0) <= steps_ahead.unsqueeze(1)
+        within = steps.unsqueeze(0) <= steps_ahead.unsqueeze(1)
         before_end = (ends.cumsum(1) - ends) == 0  # no episode end strictly before step k
-        included = within & before_end
-        count = included.sum(1)  # >= 1: step 0 is always included
-        reward = (rewards * self._gamma_powers * included).sum(1)
+        valid = within & before_end
+        return rows, valid, valid.sum(1)
+
+    def _n_step(self, row: torch.Tensor, env: torch.Tensor):
+        """(discounted reward sum [B], discount [B], last row [B]) of the `n_step` returns from `row`."""
+        rows, included, count = self._sequence_rows(row, env, self.n_step)
+        reward = (self.reward[rows, env.unsqueeze(1)] * self._gamma_powers * included).sum(1)
         last = rows.gather(1, (count - 1).unsqueeze(1)).squeeze(1)
         discount = self.gamma ** count.float() * (~self.terminated[last, env]).float()
         return reward, discount, last
