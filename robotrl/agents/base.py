@@ -46,6 +46,16 @@ class Agent(nn.Module, ABC):
         envs whose next action starts a new episode. Never called by the learner; the default does nothing.
         """
 
+    def reset_evaluation(self, num_envs: int) -> None:
+        """As `reset_exploration`, for the deterministic actor (`act(..., deterministic=True)`): evaluation
+        and deployment. Its state is kept apart from the exploring actor's, so an evaluation inside a
+        training run leaves the training envs' state alone. Agents whose acting has state (action chunks
+        being executed) reset it here; the default has none.
+        """
+
+    def advance_evaluation(self, episode_start: torch.Tensor) -> None:
+        """As `advance_exploration`, the deterministic actor's clock; the default does nothing."""
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device

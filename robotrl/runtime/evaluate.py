@@ -27,8 +27,10 @@ def evaluate(
 ) -> dict[str, float]:
     """Run `episodes` full episodes on `env` (one env: episodes run in turn) and average them.
 
-    With `deterministic=False` the agent explores as in training, on its own actor clock: its exploration
-    state is reset for this env (an in-process training run keeps evaluating deterministically).
+    The agent acts on its actor clock for this env, reset at the start: with `deterministic=False` it
+    explores as in training (its exploration state is reset; an in-process training run keeps evaluating
+    deterministically), with `deterministic=True` the deterministic actor's own state is used (action
+    chunks being executed), which leaves the training envs' exploration state alone.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -39,7 +41,9 @@ def evaluate(
     recording = video_path is not None
     smoothness = ActionSmoothness()
     obs = env.reset(seed=seed)
-    if not deterministic:
+    if deterministic:
+        agent.reset_evaluation(env.num_envs)
+    else:
         agent.reset_exploration(env.num_envs)
     device = agent.device
     while len(returns) < episodes:
@@ -50,8 +54,11 @@ def evaluate(
             action = agent.act({k: v.to(device) for k, v in obs.items()}, deterministic=deterministic).cpu()
             smoothness.add(action, torch.tensor([ep_len == 0]))
             result = env.step(action)
-            if not deterministic:
-                agent.advance_exploration(result.terminated | result.truncated)
+            episode_start = result.terminated | result.truncated
+            if deterministic:
+                agent.advance_evaluation(episode_start)
+            else:
+                agent.advance_exploration(episode_start)
             ep_return += float(result.reward[0])
             ep_len += 1
             ep_success = ep_success or bool(result.success[0])
