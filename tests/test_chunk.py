@@ -1,0 +1,292 @@
+"""Action-chunk critic: sequence sampling, the h-step target, chunk execution, config errors, the CLI."""
+
+import json
+import math
+
+import pytest
+import torch
+from helpers import TINY, run_module
+from torch import nn
+
+from robotrl.agents import ChunkConfig, ChunkCritic, make_agent
+from robotrl.data import Batch, ReplayBuffer, TensorSpec
+from robotrl.data.replay import SequenceBatch
+from robotrl.nn.chunk_execution import ChunkExecution, ensemble_weights
+
+SPEC = {"state": TensorSpec((2,))}
+
+
+def _add(buf, t, terminated=False, truncated=False):
+    """One step whose obs, action and reward encode the step index t (env e: t + 100 e)."""
+    value = t + 100.0 * torch.arange(buf.num_envs, dtype=torch.float32)
+    n = buf.num_envs
+    buf.add(
+        {"state": torch.stack([value, torch.zeros(n)], 1)},
+        value.unsqueeze(1),
+        value,
+        {"state": torch.stack([value + 0.5, torch.zeros(n)], 1)},
+        torch.full((n,), terminated),
+        torch.full((n,), truncated),
+    )
+
+
+def _at(buf, rows, length, env=0):
+    rows = torch.tensor(rows)
+    return buf.sequences_at(rows, torch.full_like(rows, env), length)
+
+
+# ---- sequence sampling --------------------------------------------------------------------------------
+
+
+def test_sequences_stop_at_episode_ends_pad_the_actions_and_mask_the_rewards():
+    g = 0.5
+    buf = ReplayBuffer(SPEC, 1, capacity=100, gamma=g)
+    # episode A: steps 0, 1, 2 (terminated at 2); B: 3, 4 (truncated at 4); C: 5, 6, 7 (still running)
+    for t in range(8):
+        _add(buf, t, terminated=t == 2, truncated=t == 4)
+    s = _at(buf, [0, 1, 2, 3, 4, 5, 6, 7], 3)
+    assert s.actions.shape == (8, 3, 1) and s.valid.shape == (8, 3)
+    assert s.valid.tolist() == [
+        [True, True, True],
+        [True, True, False],  # ends with the termination at step 2
+        [True, False, False],
+        [True, True, False],  # ends with the truncation at step 4
+        [True, False, False],
+        [True, True, True],
+        [True, True, False],  # the newest stored step is 7: nothing after it
+        [True, False, False],
+    ]
+    assert s.actions[:, :, 0].tolist() == [
+        [0, 1, 2],
+        [1, 2, 2],
+        [2, 2, 2],
+        [3, 4, 4],
+        [4, 4, 4],
+        [5, 6, 7],
+        [6, 7, 7],
+        [7, 7, 7],
+    ]
+    assert s.rewards.tolist() == [
+        [0, 1, 2],
+        [1, 2, 0],
+        [2, 0, 0],
+        [3, 4, 0],
+        [4, 0, 0],
+        [5, 6, 7],
+        [6, 7, 0],
+        [7, 0, 0],
+    ]
+    expected_reward = [0 + g * 1 + g**2 * 2, 1 + g * 2, 2, 3 + g * 4, 4, 5 + g * 6 + g**2 * 7, 6 + g * 7, 7]
+    torch.testing.assert_close(s.reward[:, 0], torch.tensor(expected_reward))
+    expected_discount = [0, 0, 0, g**2, g, g**3, g**2, g]  # termination: none; truncation: bootstrap
+    torch.testing.assert_close(s.discount[:, 0], torch.tensor(expected_discount))
+    assert s.next_obs["state"][:, 0].tolist() == [2.5, 2.5, 2.5, 4.5, 4.5, 7.5, 7.5, 7.5]
+    assert s.obs["state"][:, 0].tolist() == list(range(8)) and torch.equal(s.action, s.actions[:, 0])
+
+
+def test_sequences_across_the_ring_wrap_never_reach_overwritten_rows():
+    g = 0.9
+    buf = ReplayBuffer(SPEC, 1, capacity=4, gamma=g)
+    for t in range(6):  # rows now hold steps 4, 5, 2, 3
+        _add(buf, t)
+    s = _at(buf, [2, 3, 0, 1], 3)  # steps 2, 3, 4, 5
+    assert s.actions[:, :, 0].tolist() == [[2, 3, 4], [3, 4, 5], [4, 5, 5], [5, 5, 5]]
+    assert s.valid.sum(1).tolist() == [3, 3, 2, 1]
+    torch.testing.assert_close(s.discount[:, 0], torch.tensor([g**3, g**3, g**2, g]))
+    assert s.next_obs["state"][:, 0].tolist() == [4.5, 5.5, 5.5, 5.5]
+    # longer than the ring: still only the stored steps of the episode
+    long = _at(buf, [2], 7)
+    assert long.valid.sum().item() == 4 and long.actions[0, :, 0].tolist() == [2, 3, 4, 5, 5, 5, 5]
+
+
+def test_sampled_sequences_follow_each_env_and_match_the_n_step_batch():
+    buf = ReplayBuffer(SPEC, 1, capacity=40, num_envs=2, n_step=3, gamma=0.9)
+    for t in range(10):
+        _add(buf, t, terminated=t == 4)
+    s = buf.sample_sequences(500, 3)
+    start = s.obs["state"][:, 0]
+    # every kept step is the start's own successor in its own env: start + k
+    kept = torch.where(s.valid, s.actions[:, :, 0], start.unsqueeze(1) + torch.arange(3))
+    assert torch.equal(kept, start.unsqueeze(1) + torch.arange(3))
+    torch.manual_seed(0)
+    nstep = buf.sample(64)
+    torch.manual_seed(0)
+    seq = buf.sample_sequences(64, 3)
+    assert isinstance(nstep, SequenceBatch)
+    for name in ("action", "reward", "discount", "actions", "valid"):
+        assert torch.equal(getattr(nstep, name), getattr(seq, name)), name
+    with pytest.raises(ValueError, match="sequence length"):
+        buf.sample_sequences(4, 0)
+
+
+# ---- the h-step target --------------------------------------------------------------------------------
+
+
+class _ValueOfFirstFeature(nn.Module):
+    """A stand-in target critic: Q(s, chunk) = 10 * s[0] for every member, whatever the chunk."""
+
+    def forward(self, x, frozen=False):
+        return (10.0 * x[:, :1]).expand(2, -1, -1)
+
+
+def test_target_of_a_hand_built_trajectory():
+    g = 0.5
+    buf = ReplayBuffer(SPEC, 1, capacity=100, n_step=3, gamma=g)
+    # rewards 1, 2, 3 then termination; then 4, 5 truncated; then 6, 7, 8, 9
+    rewards = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    for t, r in enumerate(rewards):
+        obs = {"state": torch.tensor([[float(t), 0.0]])}
+        nxt = {"state": torch.tensor([[t + 1.0, 0.0]])}
+        buf.add(obs, torch.zeros(1, 1), torch.tensor([float(r)]), nxt, torch.tensor([t == 2]), torch.tensor([t == 4]))
+    agent = ChunkCritic(ChunkConfig(chunk_len=3, gamma=g), SPEC, 1)
+    agent.target_critic = _ValueOfFirstFeature()
+    batch = _at(buf, [0, 1, 3, 4, 5, 6, 8], 3)
+    target = agent.td_target(batch, alpha=torch.tensor(0.0))[:, 0]
+    v = lambda s: 10.0 * s  # noqa: E731  (the stand-in critic's value of the state after the sequence)
+    expected = [
+        1 + g * 2 + g**2 * 3,  # terminated after 3 steps: no bootstrap
+        2 + g * 3,
+        4 + g * 5 + g**2 * v(5),  # truncated after 2 steps: bootstrap from the final observation
+        5 + g * v(5),
+        6 + g * 7 + g**2 * 8 + g**3 * v(8),  # a full chunk
+        7 + g * 8 + g**2 * 9 + g**3 * v(9),
+        9 + g * v(9),  # the newest step
+    ]
+    torch.testing.assert_close(target, torch.tensor(expected))
+    # with a temperature, the bootstrapped value is the soft one: its entropy bonus enters with the discount
+    soft = agent.td_target(batch, alpha=torch.tensor(1.0))[:, 0]
+    assert torch.equal(soft[:2], target[:2]) and (soft[2:] != target[2:]).all()
+
+
+def test_update_scores_whole_chunks_and_refuses_single_actions():
+    agent = ChunkCritic(ChunkConfig(chunk_len=3, critic_lr=3e-3, batch_size=8), SPEC, 2)
+    assert agent.critic.hidden[0].in_dim == 2 + 3 * 2 and agent.target_entropy == -6
+    n = 64
+    obs = {"state": torch.randn(n, 2)}
+    actions = torch.rand(n, 3, 2) * 2 - 1
+    reward = actions[:, :, 0].sum(1, keepdim=True)  # depends on the later actions of the chunk too
+    valid = torch.ones(n, 3, dtype=torch.bool)
+    batch = SequenceBatch(obs, actions[:, 0], reward, torch.zeros(n, 1), obs, actions, reward.expand(n, 3), valid)
+    for _ in range(300):
+        metrics = agent.update(batch)
+    assert all(v.dim() == 0 for v in metrics.values())
+    q = agent.critic(torch.cat([obs["state"], actions.flatten(1)], -1))
+    assert (q - reward).abs().mean() < 0.1
+    single = Batch(obs, actions[:, 0], reward, torch.zeros(n, 1), obs)
+    with pytest.raises(ValueError, match=r"agent\.chunk_len=3"):
+        agent.update(single)
+    with pytest.raises(ValueError, match=r"agent\.chunk_len=3"):
+        agent.update(SequenceBatch(obs, actions[:, 0], reward, reward, obs, actions[:, :2], reward, valid[:, :2]))
+
+
+# ---- chunk execution ----------------------------------------------------------------------------------
+
+
+def _constant_plans(envs=1, h=3):
+    """A planner whose chunk planned at call i holds the value i at every step (counts its calls)."""
+    calls = []
+
+    def plan():
+        calls.append(1)
+        return torch.full((envs, h, 1), float(len(calls) - 1))
+
+    return plan, calls
+
+
+def test_ensemble_weights_follow_chunk_age():
+    valid = torch.tensor([[True, True, True], [True, False, True]])
+    w = ensemble_weights(valid, 0.5)
+    full = torch.exp(-0.5 * torch.arange(3.0))
+    torch.testing.assert_close(w[0], full / full.sum())
+    torch.testing.assert_close(w[1], torch.tensor([1.0, 0.0, math.exp(-1.0)]) / (1 + math.exp(-1.0)))
+    torch.testing.assert_close(ensemble_weights(valid[:1], 0.0)[0], torch.full((3,), 1 / 3))
+
+
+def test_temporal_ensembling_averages_overlapping_constant_chunks():
+    m = 0.5
+    ex = ChunkExecution(1, 3, 1, "ensemble", m, torch.device("cpu"))
+    plan, calls = _constant_plans()
+    w = [math.exp(-m * k) for k in range(3)]
+    actions = []
+    for _ in range(5):
+        actions.append(ex.act(plan).item())
+        ex.advance(torch.tensor([False]))
+    assert len(calls) == 5  # a new plan every step
+    expected = [
+        0.0,
+        (1 * w[0] + 0 * w[1]) / (w[0] + w[1]),
+        (2 * w[0] + 1 * w[1] + 0 * w[2]) / sum(w),
+        (3 * w[0] + 2 * w[1] + 1 * w[2]) / sum(w),  # the first plan has run out after 3 steps
+        (4 * w[0] + 3 * w[1] + 2 * w[2]) / sum(w),
+    ]
+    assert actions == pytest.approx(expected)
+    ex.advance(torch.tensor([True]))  # skipped an act (warm-up) and the next action starts an episode
+    assert ex.act(plan).item() == 5.0  # only the new episode's plan
+
+
+def test_open_loop_replans_every_h_steps_and_at_each_env_episode_start():
+    h = 3
+    ex = ChunkExecution(2, h, 1, "open_loop", 0.0, torch.device("cpu"))
+    calls = []
+
+    def plan():
+        calls.append(1)
+        base = 10.0 * (len(calls) - 1)
+        return (base + torch.arange(h, dtype=torch.float32)).expand(2, h).unsqueeze(-1)  # entry k: base + k
+
+    seen = []
+    for t in range(7):
+        a = ex.act(plan)
+        assert torch.equal(ex.act(plan), a)  # acting twice within a step commits to the same action
+        seen.append(a[:, 0].tolist())
+        ex.advance(torch.tensor([False, t == 3]))  # env 1's next action (step 4) starts an episode
+    assert seen == [[0, 0], [1, 1], [2, 2], [10, 10], [11, 20], [12, 21], [30, 22]]
+    assert len(calls) == 4
+    with pytest.raises(ValueError, match="episode_start"):
+        ex.advance(torch.tensor([False]))
+
+
+def test_agent_keeps_exploring_and_evaluating_chunks_apart():
+    agent = ChunkCritic(ChunkConfig(chunk_len=4, actor_hidden=[16], critic_hidden=[16]), SPEC, 2)
+    agent.reset_exploration(3)
+    obs = {"state": torch.randn(3, 2)}
+    first = agent.act(obs)
+    agent.advance_exploration(torch.zeros(3, dtype=torch.bool))
+    assert torch.equal(agent.act(obs), agent.exploring.chunk[:, 1])  # open loop: the chunk's next entry
+    agent.reset_evaluation(1)  # an evaluation in the middle of training, on one env
+    det = agent.act({"state": obs["state"][:1]}, deterministic=True)
+    assert torch.equal(det, agent.chunks({"state": obs["state"][:1]}, deterministic=True)[:, 0])
+    agent.advance_evaluation(torch.tensor([True]))
+    assert agent.exploring.steps_taken.tolist() == [1, 1, 1] and first.shape == (3, 2)
+    assert first.abs().max() < 1 and agent.act(obs).shape == (3, 2)
+
+
+# ---- configuration and the entry point -----------------------------------------------------------------
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match=r"agent\.chunk_len must be an integer >= 1, got 0"):
+        ChunkCritic(ChunkConfig(chunk_len=0), SPEC, 1)
+    with pytest.raises(ValueError, match=r"agent\.execution.*open_loop, ensemble.*'closed'"):
+        ChunkConfig(execution="closed").validate()
+    with pytest.raises(ValueError, match=r"agent\.ensemble_decay"):
+        ChunkConfig(ensemble_decay=float("nan")).validate()
+    with pytest.raises(ValueError, match=r"agent\.tau"):
+        ChunkConfig(tau=0.0).validate()
+    with pytest.raises(ValueError, match="image entry"):
+        ChunkCritic(ChunkConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)
+    assert ChunkConfig(chunk_len=5).n_step == 5  # the loop builds the replay with n_step = chunk_len
+    assert isinstance(make_agent(ChunkConfig(), SPEC, 2), ChunkCritic)
+
+
+def test_train_resume_and_eval_through_the_cli(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [a for a in TINY if not a.startswith(("total_steps", "eval_interval"))]
+    args += ["agent=chunk", "agent.chunk_len=3", "agent.execution=ensemble", "total_steps=600", "eval_interval=600"]
+    run_module("robotrl.train", *args, "video=false", f"hydra.run.dir={run_dir}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 600 and summary["updates"] == 400 and math.isfinite(summary["eval/return"])
+    run_module("robotrl.train", f"resume={run_dir}", "total_steps=700", "progress=false")
+    assert json.loads((run_dir / "summary.json").read_text())["updates"] == 500
+    proc = run_module("robotrl.train", *args, "agent.chunk_len=0", f"hydra.run.dir={tmp_path / 'bad'}", check=False)
+    assert proc.returncode != 0 and "agent.chunk_len must be an integer >= 1" in proc.stderr
