@@ -2,9 +2,11 @@
 measured in the same run, each side in its own process.
 
 Figures:
-  updates_per_s / reference_updates_per_s / ratio: gradient updates per second at the paper's
+  updates_per_s / reference_updates_per_s / ratio: float32 gradient updates per second at the paper's
       architecture (84x84, frame stack 3, batch 256, 4x32 convolutions, hidden 1024), ours sampling each
       batch from a FrameReplay, the reference updating from a batch already in memory. Goal: ratio >= 2.
+      bf16_updates_per_s / bf16_ratio: ours with agent.precision=bf16 (bf16 convolutions and matmuls,
+      float32 weights and heads).
   loop_frames_per_s: env frames per second of our whole training loop (panda_reach from 84x84 pixels,
       an update every 2 steps) at that architecture; the issue quotes about 2.3 for the original's loop.
   bytes_per_transition_over_frame: our FrameReplay's bytes per stored transition over one frame's bytes,
@@ -28,7 +30,7 @@ from common import emit, parse_args
 BATCH, SIZE, STACK, ACTION_DIM = 256, 84, 3, 3
 
 
-def ours_updates_per_s(updates: int, device: str) -> float:
+def ours_updates_per_s(updates: int, device: str, precision: str = "fp32") -> float:
     import torch
 
     from robotrl.agents import DrQv2, DrQv2Config
@@ -39,7 +41,7 @@ def ours_updates_per_s(updates: int, device: str) -> float:
     if device == "cpu":
         retain_freed_memory()
     spec = {"pixels_front": TensorSpec((3 * STACK, SIZE, SIZE), torch.uint8)}
-    agent = DrQv2(DrQv2Config(), spec, ACTION_DIM, device)
+    agent = DrQv2(DrQv2Config(precision=precision), spec, ACTION_DIM, device)
     replay = _filled_replay(FrameReplay, spec, 2_000, device)
     for _ in range(3):
         agent.update(replay.sample(BATCH))
@@ -194,8 +196,13 @@ def main() -> None:
     figures: dict = {"threads": args.threads, "batch": BATCH, "image": SIZE, "frame_stack": STACK}
     ours = _in_subprocess(f"b.ours_updates_per_s({updates}, 'cpu')", args.threads)
     reference = _in_subprocess(f"b.reference_updates_per_s({updates}, 'cpu')", args.threads)
+    ours_bf16 = _in_subprocess(f"b.ours_updates_per_s({updates}, 'cpu', 'bf16')", args.threads)
     figures.update(
-        updates_per_s=round(ours, 3), reference_updates_per_s=round(reference, 3), ratio=round(ours / reference, 2)
+        updates_per_s=round(ours, 3),
+        reference_updates_per_s=round(reference, 3),
+        ratio=round(ours / reference, 2),
+        bf16_updates_per_s=round(ours_bf16, 3),
+        bf16_ratio=round(ours_bf16 / reference, 2),
     )
     figures["bytes_per_transition_over_frame"] = round(bytes_per_transition_over_frame(), 4)
     if not args.quick:

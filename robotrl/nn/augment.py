@@ -7,7 +7,8 @@ import torch
 
 def random_shift(images: torch.Tensor, pad: int = 4, generator: torch.Generator | None = None) -> torch.Tensor:
     """DrQ's random shift: translate each image by an integer offset in [-pad, pad] on both axes,
-    filling from the replicated border (as padding by `pad` and cropping back at a random corner).
+    filling from the replicated border (pad by `pad`, crop back at a random corner). Offsets are drawn
+    on the CPU from `generator` (or torch's global RNG).
 
     Works on uint8 as well as float [B, C, H, W] (shifting the uint8 frames before conversion moves 4x
     fewer bytes); each image in the batch gets its own offset.
@@ -18,9 +19,17 @@ def random_shift(images: torch.Tensor, pad: int = 4, generator: torch.Generator 
         raise ValueError(f"random_shift pad must be >= 0, got {pad}")
     if pad == 0:
         return images
-    batch, channels, height, width = images.shape
-    offsets = torch.randint(-pad, pad + 1, (batch, 2), device=images.device, generator=generator)
-    rows = (torch.arange(height, device=images.device) + offsets[:, :1]).clamp_(0, height - 1)  # [B, H]
-    cols = (torch.arange(width, device=images.device) + offsets[:, 1:]).clamp_(0, width - 1)  # [B, W]
-    shifted = images.gather(2, rows.view(batch, 1, height, 1).expand(batch, channels, height, width))
-    return shifted.gather(3, cols.view(batch, 1, 1, width).expand(batch, channels, height, width))
+    batch, _, height, width = images.shape
+    # replicate-pad once (two concatenations), then copy one crop per image: a strided copy per image beats
+    # a batched gather, which reads every byte through an index
+    padded = torch.cat(
+        [images[:, :, :1].expand(-1, -1, pad, -1), images, images[:, :, -1:].expand(-1, -1, pad, -1)], dim=2
+    )
+    padded = torch.cat(
+        [padded[..., :1].expand(-1, -1, -1, pad), padded, padded[..., -1:].expand(-1, -1, -1, pad)], dim=3
+    )
+    corners = torch.randint(0, 2 * pad + 1, (batch, 2), generator=generator).tolist()
+    shifted = torch.empty_like(images)
+    for b, (top, left) in enumerate(corners):
+        shifted[b] = padded[b, :, top : top + height, left : left + width]
+    return shifted

@@ -49,9 +49,9 @@ class ConvEncoder(nn.Module):
         super().__init__()
         if layers < 1 or channels < 1:
             raise ValueError(f"a conv encoder needs layers >= 1 and channels >= 1, got {layers} and {channels}")
-        convs: list[nn.Module] = [nn.Conv2d(in_channels, channels, 3, stride=2), nn.ReLU()]
+        convs: list[nn.Module] = [nn.Conv2d(in_channels, channels, 3, stride=2), nn.ReLU(inplace=True)]
         for _ in range(layers - 1):
-            convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU()]
+            convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU(inplace=True)]
         self.convs = nn.Sequential(*convs)
         side = (image_size - 3) // 2 + 1 - 2 * (layers - 1)
         if side < 1:
