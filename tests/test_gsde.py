@@ -6,11 +6,14 @@ import math
 import pytest
 import torch
 from helpers import TINY, run_module
+from robotrl.tasks.configs import GymTaskConfig
 
 from robotrl.agents import SAC, SACConfig
+from robotrl.config import TrainConfig
 from robotrl.data import Batch, TensorSpec
 from robotrl.nn import GSDE, GSDENoise
 from robotrl.nn.gsde import expln
+from robotrl.runtime.loop import train
 from robotrl.runtime.metrics import read_metrics
 from robotrl.runtime.smoothness import mean_squared_difference
 
@@ -313,3 +316,31 @@ def test_train_with_gsde_logs_smoothness_and_bad_frequency_fails_at_start(tmp_pa
 
     proc = run_module("robotrl.train", *TINY, "agent.exploration=gsde", "agent.sde_sample_freq=0", check=False)
     assert proc.returncode != 0 and "agent.sde_sample_freq must be >= 1" in proc.stderr + proc.stdout
+
+
+def test_a_gsde_run_drives_the_clock_and_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    # Noise matrices are not checkpointed: the resumed actor draws fresh ones as its envs restart.
+    advances = []
+    advance = GSDENoise.advance
+    monkeypatch.setattr(GSDENoise, "advance", lambda self, starts: advances.append(starts) or advance(self, starts))
+    cfg = TrainConfig(
+        agent=SACConfig(exploration="gsde", actor_hidden=[16, 16], critic_hidden=[16, 16], batch_size=16),
+        task=GymTaskConfig(max_episode_steps=50),
+        total_steps=200,
+        learning_starts=100,
+        num_envs=2,
+        log_interval=100,
+        eval_interval=10**9,
+        eval_episodes=1,
+        checkpoint_interval=10**9,
+        replay_capacity=1000,
+        video=False,
+        progress=False,
+    )
+    train(cfg, tmp_path)
+    assert len(advances) == 100 and all(s.shape == (2,) for s in advances)  # once per env step, never per update
+    assert sum(int(s.sum()) for s in advances) == 4  # 100 steps per env: each env ends 2 episodes of 50
+    cfg.total_steps = 300
+    summary = train(cfg, tmp_path, resume=True)
+    assert summary["env_steps"] == 300 and summary["updates"] == 200
+    assert [s for s, _ in read_metrics(tmp_path / "metrics.csv")["train/action_sq_diff"]] == [200, 300]

@@ -48,7 +48,9 @@ class SACConfig:
     full_std: bool = True  # gsde: one std per (feature, action) pair instead of one per feature
     use_expln: bool = True  # gsde: std = expln(log_std), bounded growth, instead of exp(log_std)
     learn_features: bool = False  # gsde: let the exploration's log-prob gradient reach the actor's features
-    log_std_init: float = -3.0  # gsde: initial log-std of the noise-matrix entries (as SB3's SAC)
+    # gsde: initial log-std of the noise-matrix entries. SB3's SAC uses -3; here that left panda_reach
+    # almost unexplored for thousands of steps (the std adapts slowly: Adam moves each entry ~lr a step).
+    log_std_init: float = -2.0
     # Matmul precision of the hidden layers: fp32, bf16 (mixed precision: fp32 weights, optimizer and
     # output heads), or auto (bf16 where the device computes it natively, else fp32).
     precision: str = "fp32"

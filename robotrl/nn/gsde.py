@@ -65,7 +65,7 @@ class GSDE(nn.Module):
         full_std: bool = True,
         use_expln: bool = True,
         learn_features: bool = False,
-        log_std_init: float = -3.0,
+        log_std_init: float = -2.0,
     ):
         super().__init__()
         _check_positive_int("latent_dim", latent_dim)

@@ -1,0 +1,133 @@
+"""SAC exploring with gSDE against SAC with Gaussian noise, at equal env steps, both run by this script.
+
+For each env and seed SAC trains twice, agent.exploration=gaussian and agent.exploration=gsde
+(agent.sde_sample_freq=8), everything else equal. Figures per env and exploration (means over seeds):
+  action_sq_diff: mean squared difference between consecutive exploration actions during training
+      (the policy's actions after warm-up, within episodes; robotrl/runtime/smoothness.py)
+  action_high_freq_share: share of that action power above 0.25 cycles per control step
+  final: the final deterministic evaluation's success rate (panda_reach) or return (HalfCheetah-v5)
+  eval_action_sq_diff: the same difference for the final deterministic policy (no noise at all): the floor
+      that the policy's own step-to-step changes set under any exploration noise
+Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, and perf_ratio = 1 + (gsde final
+- gaussian final) / |gaussian final| (gsde / gaussian when the Gaussian's figure is positive). panda_reach is
+judged on success, or on return where the Gaussian run has no success at all (short runs).
+Top level: smoothness_ratio is the largest over envs, perf_ratio the smallest.
+Goal: smoothness_ratio <= 0.33 with perf_ratio >= 0.95.
+Full run: panda_reach 20k env steps, HalfCheetah-v5 100k, 2 seeds (about an hour on 2 cores).
+--quick: 1.6k steps on each env, 1 seed, small networks: the same keys within about a minute.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit, parse_args
+
+EXPLORATIONS = ("gaussian", "gsde")
+SMOOTHNESS_KEYS = ("action_sq_diff", "action_high_freq_share")
+
+
+def _task(env: str, quick: bool):
+    from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig
+
+    if env == "panda_reach":
+        return ArmTaskConfig(name="panda_reach")
+    return GymTaskConfig(env_id=env, max_episode_steps=200 if quick else None)
+
+
+def train_once(env: str, exploration: str, steps: int, seed: int, sample_freq: int, quick: bool) -> dict:
+    """One SAC run; its training-time action smoothness and final evaluation."""
+    from robotrl.agents import SACConfig
+    from robotrl.config import TrainConfig
+    from robotrl.runtime.loop import train
+    from robotrl.runtime.metrics import read_metrics
+
+    small = {"actor_hidden": [64, 64], "critic_hidden": [64, 64], "batch_size": 64} if quick else {}
+    learning_starts = 500 if quick else min(5_000, steps // 10)
+    cfg = TrainConfig(
+        agent=SACConfig(exploration=exploration, sde_sample_freq=sample_freq, **small),
+        task=_task(env, quick),
+        seed=seed,
+        total_steps=steps,
+        learning_starts=learning_starts,
+        log_interval=200 if quick else 1_000,
+        eval_interval=10**9,
+        eval_episodes=2 if quick else 10,
+        checkpoint_interval=10**9,
+        checkpoint_replay=False,
+        video=False,
+        progress=False,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = train(cfg, Path(tmp))
+        series = read_metrics(Path(tmp) / "metrics.csv")
+    out = {
+        "return": summary["eval/return"],
+        "success": summary.get("eval/success"),
+        "eval_action_sq_diff": summary.get("eval/action_sq_diff"),
+    }
+    for key in SMOOTHNESS_KEYS:
+        values = [v for _, v in series.get(f"train/{key}", [])]
+        out[key] = sum(values) / len(values) if values else math.nan
+    return out
+
+
+def _mean(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r[key] is not None]
+    return sum(values) / len(values) if values else None
+
+
+def perf_ratio(gsde: float, gaussian: float) -> float:
+    """1 + (gsde - gaussian) / |gaussian|: gsde / gaussian for positive figures, sign-safe for returns < 0."""
+    if gaussian == 0:
+        return 1.0 if gsde == 0 else math.copysign(math.inf, gsde)
+    return 1.0 + (gsde - gaussian) / abs(gaussian)
+
+
+def compare(env: str, steps: int, seeds: int, sample_freq: int, quick: bool) -> dict:
+    runs = {e: [train_once(env, e, steps, s, sample_freq, quick) for s in range(1, seeds + 1)] for e in EXPLORATIONS}
+    figures: dict = {"steps": steps}
+    for exploration, results in runs.items():
+        figures[exploration] = {
+            key: None if _mean(results, key) is None else round(_mean(results, key), 4)
+            for key in ("return", "success", *SMOOTHNESS_KEYS, "eval_action_sq_diff")
+        }
+    gauss, gsde = figures["gaussian"], figures["gsde"]
+    metric = "success" if gauss["success"] else "return"
+    figures["perf_metric"] = metric
+    figures["perf_ratio"] = round(perf_ratio(gsde[metric], gauss[metric]), 3)
+    figures["smoothness_ratio"] = round(gsde["action_sq_diff"] / gauss["action_sq_diff"], 3)
+    figures["high_freq_ratio"] = round(gsde["action_high_freq_share"] / gauss["action_high_freq_share"], 3)
+    return figures
+
+
+def main() -> None:
+    def extra(p):
+        p.add_argument("--seeds", type=int, default=2)
+        p.add_argument("--envs", default="panda_reach,HalfCheetah-v5")
+        p.add_argument("--steps", default="panda_reach=20000,HalfCheetah-v5=100000", help="env=steps,...")
+        p.add_argument("--sde-sample-freq", type=int, default=8)
+
+    args = parse_args(__doc__, extra)
+    envs = args.envs.split(",")
+    steps = {k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))}
+    seeds = args.seeds
+    if args.quick:
+        steps, seeds = dict.fromkeys(envs, 1_600), 1
+    missing = [env for env in envs if env not in steps]
+    if missing:
+        raise SystemExit(f"--steps names no step count for {', '.join(missing)}")
+    figures: dict = {"seeds": seeds, "sde_sample_freq": args.sde_sample_freq, "threads": args.threads}
+    for env in envs:
+        figures[env] = compare(env, steps[env], seeds, args.sde_sample_freq, args.quick)
+    figures["smoothness_ratio"] = max(figures[env]["smoothness_ratio"] for env in envs)
+    figures["perf_ratio"] = min(figures[env]["perf_ratio"] for env in envs)
+    emit("gsde_smoothness", figures, args.save)
+
+
+if __name__ == "__main__":
+    main()
