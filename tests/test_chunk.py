@@ -259,6 +259,10 @@ def test_agent_keeps_exploring_and_evaluating_chunks_apart():
     agent.advance_evaluation(torch.tensor([True]))
     assert agent.exploring.steps_taken.tolist() == [1, 1, 1] and first.shape == (3, 2)
     assert first.abs().max() < 1 and agent.act(obs).shape == (3, 2)
+    with pytest.raises(ValueError, match=r"reset_exploration\(2\)"):
+        agent.act({"state": torch.randn(2, 2)})  # mid-chunk: nothing to plan, still refused
+    with pytest.raises(ValueError, match=r"reset_evaluation\(3\)"):
+        agent.act(obs, deterministic=True)
 
 
 # ---- configuration and the entry point -----------------------------------------------------------------

@@ -168,6 +168,12 @@ class ChunkCritic(Agent):
             if self.exploring is None:
                 self.reset_exploration(num_envs)
             execution = self.exploring
+        if num_envs != execution.num_envs:
+            hook = "reset_evaluation" if deterministic else "reset_exploration"
+            raise ValueError(
+                f"chunks are executed for {execution.num_envs} envs but {num_envs} observations came; "
+                f"call agent.{hook}({num_envs}) when the number of envs changes"
+            )
         return execution.act(lambda: self.chunks(obs, deterministic))
 
     # ---- learning -----------------------------------------------------------------------------------

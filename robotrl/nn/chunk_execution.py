@@ -85,6 +85,7 @@ class ChunkExecution:
         if tuple(chunks.shape) != expected:
             raise ValueError(
                 f"chunks are executed for {self.num_envs} envs but plans of shape {list(chunks.shape)} came "
-                f"(expected {list(expected)}); call reset_exploration(num_envs) when the number of envs changes"
+                f"(expected {list(expected)}); when the number of envs changes, call reset_exploration(num_envs) "
+                "(reset_evaluation(num_envs) for deterministic acting)"
             )
         return chunks.to(self.chunk.dtype)
