@@ -109,6 +109,12 @@ def test_state_dict_round_trip_keeps_only_filled_rows():
     assert other.pos == buf.pos and other.full == buf.full
     assert torch.equal(other.obs["state"], buf.obs["state"])
     assert torch.equal(other.terminated, buf.terminated)
+    # the resumed run restarts its episodes: the newest row ends one (bootstrapped, as a time limit)
+    assert other.truncated[6].all() and not buf.truncated[6].any()
+    assert torch.equal(other.truncated[:6], buf.truncated[:6])
+    _add(other, 7)
+    _, discount, last = other._n_step(torch.tensor([6]), torch.tensor([0]))
+    assert last.item() == 6 and discount.item() == pytest.approx(0.99)  # no sum into the new episode
     with pytest.raises(ValueError, match="rows per env"):
         ReplayBuffer(SPEC, 1, capacity=60).load_state_dict(state)
 

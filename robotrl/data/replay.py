@@ -226,3 +226,8 @@ class ReplayBuffer:
                 )
             target[:filled].copy_(state[name])
         self.pos, self.full = pos, full
+        if filled:
+            # A resumed run restarts every env from a reset, so the episodes in the newest row were cut
+            # there: a time-limit-like end (bootstrap, but no n-step sum or sequence into the next episode).
+            newest = (pos - 1) % self.horizon
+            self.truncated[newest] |= ~self.terminated[newest]
