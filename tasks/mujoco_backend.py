@@ -48,6 +48,7 @@ class MujocoBackend(SimBackend):
         self._snapshot: dict = {}
         for data in self.datas:
             mujoco.mj_forward(self.model, data)
+        self._instabilities = [_instability_count(d) for d in self.datas]  # MuJoCo's count after each step
 
     # -- name lookups (cached: names are resolved once) ------------------------------------------
     @cache  # noqa: B019  (the backend lives as long as its env)
@@ -142,9 +143,10 @@ class MujocoBackend(SimBackend):
 
     def _step_env(self, i: int, substeps: int) -> None:
         data = self.datas[i]
-        before = _instability_count(data)
+        before = self._instabilities[i]
         mujoco.mj_step(self.model, data, nstep=substeps)
-        if _instability_count(data) != before:
+        self._instabilities[i] = _instability_count(data)
+        if self._instabilities[i] != before:
             # MuJoCo resets a diverged MjData to its initial state and carries on; a silent teleport
             # would reach the policy and the replay buffer as if it were physics.
             raise FloatingPointError(
@@ -187,19 +189,23 @@ class MujocoBackend(SimBackend):
             jac = self._snapshot[key] = torch.from_numpy(out).float()
         return jac.clone()
 
+    def _contact_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every env's active contacts as one [C, 2] geom-pair array and the [C] env of each row."""
+        hit = self._snapshot.get("contacts")
+        if hit is None:
+            pairs = [d.contact.geom[: d.ncon] for d in self.datas]  # array views, no per-contact objects
+            counts = np.fromiter((len(p) for p in pairs), dtype=np.int64, count=self.num_envs)
+            hit = self._snapshot["contacts"] = (np.concatenate(pairs), np.repeat(np.arange(self.num_envs), counts))
+        return hit
+
     def in_contact(self, geoms_a, geoms_b):
-        key = ("contact", tuple(geoms_a), tuple(geoms_b))
-        hit = self._snapshot.get(key)
-        if hit is not None:
-            return hit.clone()
         in_a, in_b = self._geom_mask(tuple(geoms_a)), self._geom_mask(tuple(geoms_b))
+        pairs, env = self._contact_pairs()
+        g1, g2 = pairs[:, 0], pairs[:, 1]
+        touching = (in_a[g1] & in_b[g2]) | (in_b[g1] & in_a[g2])
         out = np.zeros(self.num_envs, dtype=bool)
-        for k, d in enumerate(self.datas):
-            pairs = d.contact.geom[: d.ncon]  # [ncon, 2], one array view (no per-contact objects)
-            g1, g2 = pairs[:, 0], pairs[:, 1]
-            out[k] = bool(np.any((in_a[g1] & in_b[g2]) | (in_b[g1] & in_a[g2])))
-        self._snapshot[key] = torch.from_numpy(out)
-        return torch.from_numpy(out.copy())
+        out[env[touching]] = True
+        return torch.from_numpy(out)
 
     @cache  # noqa: B019
     def _geom_mask(self, geoms: tuple[str, ...]) -> np.ndarray:
