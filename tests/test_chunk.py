@@ -294,3 +294,45 @@ def test_train_resume_and_eval_through_the_cli(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["updates"] == 500
     proc = run_module("robotrl.train", *args, "agent.chunk_len=0", f"hydra.run.dir={tmp_path / 'bad'}", check=False)
     assert proc.returncode != 0 and "agent.chunk_len must be an integer >= 1" in proc.stderr
+
+
+def test_pixel_chunk_critic_learns_its_encoder_through_the_critic_from_frame_sequences(tmp_path):
+    from robotrl.data.frame_replay import FrameReplay
+
+    spec = {"pixels_front": TensorSpec((9, 64, 64), torch.uint8), "arm_qpos": TensorSpec((7,))}
+    cfg = ChunkConfig(chunk_len=3, conv_layers=2, actor_hidden=[32], critic_hidden=[32], batch_size=8)
+    agent = ChunkCritic(cfg, spec, 4)
+    obs = {"pixels_front": torch.randint(0, 256, (2, 9, 64, 64), dtype=torch.uint8), "arm_qpos": torch.randn(2, 7)}
+    agent.reset_exploration(2)
+    assert agent.act(obs).shape == (2, 4)
+    replay = FrameReplay(spec, 4, 100, frame_stack=3, n_step=cfg.n_step)
+    one = {k: v[:1] for k, v in obs.items()}
+    for t in range(20):
+        end = torch.tensor([t % 8 == 7])
+        replay.add(one, torch.rand(1, 4) * 2 - 1, torch.ones(1), one, end, torch.zeros(1, dtype=torch.bool))
+    batch = replay.sample(8)
+    assert batch.actions.shape == (8, 3, 4) and batch.next_obs["pixels_front"].shape == (8, 9, 64, 64)
+    before = [p.clone() for p in agent.encoder.parameters()]
+    metrics = agent.update(batch)
+    assert all(torch.isfinite(v) for v in metrics.values())
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.encoder.parameters(), strict=True))
+    run_module(
+        "robotrl.train",
+        "agent=chunk",
+        "task=panda_reach",
+        "task.obs=pixels",
+        "task.image_size=64",
+        "agent.conv_layers=2",
+        "agent.actor_hidden=[32]",
+        "agent.critic_hidden=[32]",
+        "agent.batch_size=16",
+        "total_steps=150",
+        "learning_starts=100",
+        "eval_interval=150",
+        "eval_episodes=1",
+        "checkpoint_interval=150",
+        "video=false",
+        "progress=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["env_steps"] == 150

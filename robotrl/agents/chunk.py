@@ -18,6 +18,7 @@ reset/advance_evaluation, so an evaluation inside a training run leaves the expl
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,9 +28,11 @@ from torch import nn
 from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
 from robotrl.agents.sac import TanhGaussianActor
 from robotrl.data.replay import Batch, SequenceBatch
-from robotrl.data.spec import ObsSpec, check_obs
+from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import EnsembleMLP, StateEncoder
+from robotrl.nn.augment import random_shift
 from robotrl.nn.chunk_execution import EXECUTIONS, ChunkExecution
+from robotrl.nn.encoders import ImageStateEncoder
 
 
 @dataclass
@@ -58,6 +61,13 @@ class ChunkConfig:
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     precision: str = "fp32"  # fp32 | bf16 | auto, as SAC's
+    # Pixel observations (uint8 image entries): DrQ-v2's conv encoder and trunk, shared by actor and critic
+    # (learned through the critic; the actor reads detached features), random-shift augmentation.
+    frame_stack: int = 3
+    conv_channels: int = 32
+    conv_layers: int = 4
+    feature_dim: int = 50
+    shift_pad: int = 4
 
     @property
     def n_step(self) -> int:
@@ -65,7 +75,17 @@ class ChunkConfig:
         return self.chunk_len
 
     def validate(self) -> None:
-        positive = ("chunk_len", "num_critics", "batch_size", "utd_ratio", "actor_update_interval")
+        positive = (
+            "chunk_len",
+            "num_critics",
+            "batch_size",
+            "utd_ratio",
+            "actor_update_interval",
+            "frame_stack",
+            "conv_channels",
+            "conv_layers",
+            "feature_dim",
+        )
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -81,6 +101,8 @@ class ChunkConfig:
             raise ValueError(f"agent.execution must be one of {', '.join(EXECUTIONS)}, got {self.execution!r}")
         if not abs(self.ensemble_decay) < float("inf"):
             raise ValueError(f"agent.ensemble_decay must be finite, got {self.ensemble_decay}")
+        if self.shift_pad < 0:
+            raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not self.log_std_min < self.log_std_max:
@@ -96,8 +118,12 @@ class ChunkCritic(Agent):
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
         self.chunk_len = cfg.chunk_len
         chunk_dim = cfg.chunk_len * action_dim
-        # The one place observations become features; a pixel encoder replaces it for image entries.
-        self.encoder = StateEncoder(obs_spec)
+        # The one place observations become features: conv encoders + trunk for image entries, else flat state.
+        self.pixel_keys = pixel_keys(obs_spec)
+        if self.pixel_keys:
+            self.encoder = ImageStateEncoder(obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers)
+        else:
+            self.encoder = StateEncoder(obs_spec)
         feat = self.encoder.out_dim
         self.actor = TanhGaussianActor(feat, cfg.actor_hidden, chunk_dim, cfg.log_std_min, cfg.log_std_max)
         self.critic = EnsembleMLP(
@@ -109,7 +135,7 @@ class ChunkCritic(Agent):
         self.to(device)
 
         groups = [
-            {"params": list(self.critic.parameters()), "lr": cfg.critic_lr},
+            {"params": [*self.encoder.parameters(), *self.critic.parameters()], "lr": cfg.critic_lr},
             {"params": list(self.actor.parameters()), "lr": cfg.actor_lr},
         ]
         if cfg.learn_alpha:
@@ -197,6 +223,8 @@ class ChunkCritic(Agent):
         batch = self._check_batch(batch)
         alpha = self.log_alpha.detach().exp()
         update_actor = (self.num_updates + 1) % self.cfg.actor_update_interval == 0
+        if self.pixel_keys:
+            batch = self._augmented(batch)
         with self._autocast():
             features = self.encoder(batch.obs)
             target = self.td_target(batch, alpha)
@@ -204,8 +232,8 @@ class ChunkCritic(Agent):
             critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
             loss = critic_loss
             metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
-            if update_actor:
-                actor_loss, log_prob = self._actor_loss(features, alpha)
+            if update_actor:  # the encoder learns only through the critic
+                actor_loss, log_prob = self._actor_loss(features.detach(), alpha)
                 loss = loss + actor_loss
                 self._last_actor_metrics = {
                     "actor_loss": actor_loss.detach(),
@@ -223,6 +251,14 @@ class ChunkCritic(Agent):
         self.num_updates += 1
         metrics.update(self._last_actor_metrics)
         return metrics
+
+    def _augmented(self, batch: SequenceBatch) -> SequenceBatch:
+        """The batch with every image entry of obs and next_obs randomly shifted (DrQ)."""
+        obs, next_obs = dict(batch.obs), dict(batch.next_obs)
+        for key in self.pixel_keys:
+            obs[key] = random_shift(obs[key], self.cfg.shift_pad)
+            next_obs[key] = random_shift(next_obs[key], self.cfg.shift_pad)
+        return dataclasses.replace(batch, obs=obs, next_obs=next_obs)
 
     @torch.no_grad()
     def td_target(self, batch: SequenceBatch, alpha: torch.Tensor) -> torch.Tensor:

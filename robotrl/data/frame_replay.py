@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import torch
 
-from robotrl.data.replay import Batch, ReplayBuffer
+from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import ObsSpec, TensorSpec, check_obs, pixel_keys
 
 Obs = dict[str, torch.Tensor]
@@ -127,12 +127,13 @@ class FrameReplay(ReplayBuffer):
             out[key] = store.index_select(0, flat).view(len(newest), -1, *shape[1:])
         return out
 
-    def _sample_rows(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample_index(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Uniform over the transitions whose frames are all kept (rejection: only the oldest few are not)."""
         filled = self.rows_filled
         if filled == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         rows, envs, have = [], [], 0
-        while have < batch_size:  # rejection: only the few oldest transitions have lost frames
+        while have < batch_size:
             row = torch.randint(0, filled, (2 * batch_size,), device=self.device)
             env = torch.randint(0, self.num_envs, (2 * batch_size,), device=self.device)
             keep = self._valid(row, env)
@@ -141,20 +142,11 @@ class FrameReplay(ReplayBuffer):
             have += int(keep.sum())
         return torch.cat(rows)[:batch_size], torch.cat(envs)[:batch_size]
 
-    def sample(self, batch_size: int) -> Batch:
-        row, env = self._sample_rows(batch_size)
-        obs = {k: v[row, env] for k, v in self.obs.items()}
-        action = self.action[row, env]
-        if self.n_step == 1:
-            reward = self.reward[row, env]
-            discount = self.gamma * (~self.terminated[row, env]).float()
-            last = row
-        else:
-            reward, discount, last = self._n_step(row, env)
-        next_obs = {k: v[last, env] for k, v in self.next_obs.items()}
+    def _observations(self, row: torch.Tensor, env: torch.Tensor, last: torch.Tensor) -> tuple[Obs, Obs]:
+        obs, next_obs = super()._observations(row, env, last)
         obs.update(self._stacks(self.obs_frame[row, env], self.first_frame[row, env], env))
         next_obs.update(self._stacks(self.obs_frame[last, env] + 1, self.first_frame[last, env], env))
-        return Batch(obs, action, reward.unsqueeze(-1), discount.unsqueeze(-1), next_obs)
+        return obs, next_obs
 
     def nbytes(self) -> int:
         """Bytes of every tensor this buffer holds (frames at full capacity)."""

@@ -140,11 +140,10 @@ class ReplayBuffer:
         row, env = self._sample_index(batch_size)
         if self.n_step > 1:
             return self.sequences_at(row, env, self.n_step)
-        obs = {k: v[row, env] for k, v in self.obs.items()}
+        obs, next_obs = self._observations(row, env, row)
         action = self.action[row, env]
         reward = self.reward[row, env].unsqueeze(-1)
         discount = self.gamma * (~self.terminated[row, env]).float()
-        next_obs = {k: v[row, env] for k, v in self.next_obs.items()}
         valid = torch.ones(batch_size, 1, dtype=torch.bool, device=self.device)
         return SequenceBatch(obs, action, reward, discount.unsqueeze(-1), next_obs, action.unsqueeze(1), reward, valid)
 
@@ -167,10 +166,13 @@ class ReplayBuffer:
         gamma_powers = self.gamma ** steps.float()
         reward = (rewards * gamma_powers).sum(1, keepdim=True)
         discount = self.gamma ** count.float() * (~self.terminated[last, env]).float()
-        obs = {k: v[row, env] for k, v in self.obs.items()}
-        next_obs = {k: v[last, env] for k, v in self.next_obs.items()}
+        obs, next_obs = self._observations(row, env, last)
         actions = self.action[padded_rows, envs]
         return SequenceBatch(obs, actions[:, 0], reward, discount.unsqueeze(-1), next_obs, actions, rewards, valid)
+
+    def _observations(self, row: torch.Tensor, env: torch.Tensor, last: torch.Tensor) -> tuple[Obs, Obs]:
+        """The observations of transitions (`row`, `env`) and the next observations of (`last`, `env`)."""
+        return {k: v[row, env] for k, v in self.obs.items()}, {k: v[last, env] for k, v in self.next_obs.items()}
 
     def _sequence_rows(self, row: torch.Tensor, env: torch.Tensor, length: int):
         """Rows [B, L] of the `length` steps from `row` (ring order), which of them belong to the sequence

@@ -100,3 +100,21 @@ class PixelEncoder(nn.Module):
 
     def state_features(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         return None if self.state is None else self.state(obs)
+
+
+class ImageStateEncoder(nn.Module):
+    """Pixels and state to one feature vector: a PixelEncoder, a trunk (Linear -> LayerNorm -> tanh) to
+    `feature_dim`, then the state entries appended. For agents that share one encoder between actor and
+    critic (the actor reading detached features)."""
+
+    def __init__(self, obs_spec: ObsSpec, feature_dim: int = 50, channels: int = 32, layers: int = 4):
+        super().__init__()
+        self.pixels = PixelEncoder(obs_spec, channels, layers)
+        self.image_keys = self.pixels.image_keys
+        self.trunk = nn.Sequential(nn.Linear(self.pixels.out_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        self.out_dim = feature_dim + self.pixels.state_dim
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        h = self.trunk(self.pixels(obs))
+        state = self.pixels.state_features(obs)
+        return h if state is None else torch.cat([h, state.to(h.dtype)], -1)

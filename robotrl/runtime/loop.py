@@ -88,10 +88,10 @@ class EpisodeStats:
 
 
 def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False):
-    """The task's env, frame-stacked when the agent stacks frames (pixel agents)."""
+    """The task's env; its pixel observations frame-stacked when the agent stacks frames."""
     env = make_env(cfg.task, num_envs=num_envs, render=render)
     frame_stack = getattr(cfg.agent, "frame_stack", 1)
-    return FrameStack(env, frame_stack) if frame_stack > 1 else env
+    return FrameStack(env, frame_stack) if frame_stack > 1 and pixel_keys(env.obs_spec) else env
 
 
 def make_replay(cfg: TrainConfig, env, device: torch.device) -> ReplayBuffer:
