@@ -277,7 +277,7 @@ def test_bad_settings_are_named():
         ChunkConfig(ensemble_decay=float("nan")).validate()
     with pytest.raises(ValueError, match=r"agent\.tau"):
         ChunkConfig(tau=0.0).validate()
-    with pytest.raises(ValueError, match="image entry"):
+    with pytest.raises(ValueError, match="4 conv layers leave nothing of a 8x8 image"):
         ChunkCritic(ChunkConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)
     assert ChunkConfig(chunk_len=5).n_step == 5  # the loop builds the replay with n_step = chunk_len
     assert isinstance(make_agent(ChunkConfig(), SPEC, 2), ChunkCritic)
