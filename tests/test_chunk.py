@@ -279,8 +279,12 @@ def test_bad_settings_are_named():
         ChunkConfig(tau=0.0).validate()
     with pytest.raises(ValueError, match="4 conv layers leave nothing of a 8x8 image"):
         ChunkCritic(ChunkConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)
-    assert ChunkConfig(chunk_len=5).n_step == 5  # the loop builds the replay with n_step = chunk_len
-    assert isinstance(make_agent(ChunkConfig(), SPEC, 2), ChunkCritic)
+    with pytest.raises(ValueError, match=r"agent\.n_step does not apply"):
+        ChunkConfig(n_step=3).validate()
+    with pytest.raises(ValueError, match=r"agent\.exploration must be gaussian"):
+        ChunkConfig(exploration="gsde").validate()
+    agent = make_agent(ChunkConfig(chunk_len=5), SPEC, 2)
+    assert isinstance(agent, ChunkCritic) and agent.replay_n_step == 5  # the loop's replay sums 5 steps
 
 
 def test_train_resume_and_eval_through_the_cli(tmp_path):
@@ -305,7 +309,7 @@ def test_pixel_chunk_critic_learns_its_encoder_through_the_critic_from_frame_seq
     obs = {"pixels_front": torch.randint(0, 256, (2, 9, 64, 64), dtype=torch.uint8), "arm_qpos": torch.randn(2, 7)}
     agent.reset_exploration(2)
     assert agent.act(obs).shape == (2, 4)
-    replay = FrameReplay(spec, 4, 100, frame_stack=3, n_step=cfg.n_step)
+    replay = FrameReplay(spec, 4, 100, frame_stack=3, n_step=agent.replay_n_step)
     one = {k: v[:1] for k, v in obs.items()}
     for t in range(20):
         end = torch.tensor([t % 8 == 7])

@@ -135,8 +135,29 @@ def test_bad_settings_are_named():
         SAC(SACConfig(tau=0.0), SPEC, 2)
     with pytest.raises(ValueError, match="available agents: chunk, drqv2, sac"):
         make_agent(type("Cfg", (), {"name": "ppo"})(), SPEC, 2)
-    with pytest.raises(ValueError, match="image entry"):
+    with pytest.raises(ValueError, match="4 conv layers leave nothing of a 8x8 image"):
         SAC(SACConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)
+    with pytest.raises(ValueError, match=r"agent\.shift_pad"):
+        SAC(SACConfig(shift_pad=-1), SPEC, 2)
+
+
+def test_sac_from_pixels_learns_its_encoder_only_through_the_critic():
+    torch.manual_seed(0)
+    spec = {"pixels_front": TensorSpec((6, 64, 64), torch.uint8), "arm_qpos": TensorSpec((7,))}
+    agent = SAC(SACConfig(conv_layers=2, actor_hidden=[32], critic_hidden=[32]), spec, 3)
+    pixels = torch.randint(0, 256, (16, 6, 64, 64), dtype=torch.uint8)
+    obs = {"pixels_front": pixels, "arm_qpos": torch.randn(16, 7)}
+    assert agent.act(obs).shape == (16, 3)
+    batch = Batch(obs, torch.rand(16, 3) * 2 - 1, torch.randn(16, 1), torch.full((16, 1), 0.99), obs)
+    features = agent.encoder(obs)
+    actor_loss, _ = agent._actor_loss(features.detach(), torch.tensor(0.1))
+    actor_loss.backward()
+    assert all(p.grad is None for p in agent.encoder.parameters())  # the actor's loss never reaches it
+    agent.optimizer.zero_grad(set_to_none=True)
+    before = [p.clone() for p in agent.encoder.parameters()]
+    metrics = agent.update(batch)
+    assert all(torch.isfinite(v) for v in metrics.values())
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.encoder.parameters(), strict=True))
 
 
 def test_seeded_updates_are_reproducible():

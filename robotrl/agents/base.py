@@ -57,6 +57,11 @@ class Agent(nn.Module, ABC):
         """As `advance_exploration`, the deterministic actor's clock; the default does nothing."""
 
     @property
+    def replay_n_step(self) -> int:
+        """Steps the replay sums per sampled transition (n-step returns; an action chunk's length)."""
+        return getattr(self.cfg, "n_step", 1)
+
+    @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,8 +13,10 @@ from torch import nn
 
 from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
 from robotrl.data.replay import Batch
-from robotrl.data.spec import ObsSpec, check_obs
+from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
+from robotrl.nn.augment import random_shift
+from robotrl.nn.encoders import ImageStateEncoder
 from robotrl.nn.mlp import full_precision
 
 EXPLORATIONS = ("gaussian", "gsde")
@@ -54,9 +57,28 @@ class SACConfig:
     # Matmul precision of the hidden layers: fp32, bf16 (mixed precision: fp32 weights, optimizer and
     # output heads), or auto (bf16 where the device computes it natively, else fp32).
     precision: str = "fp32"
+    # Pixel observations (uint8 image entries; DrQ-style): DrQ-v2's conv encoder and trunk with the state
+    # entries appended, shared by actor and critic and learned through the critic (the actor reads
+    # detached features); random shifts of `shift_pad` pixels on both observations of every update.
+    frame_stack: int = 3
+    conv_channels: int = 32
+    conv_layers: int = 4
+    feature_dim: int = 50
+    shift_pad: int = 4
 
     def validate(self) -> None:
-        positive = ("num_critics", "n_step", "batch_size", "utd_ratio", "actor_update_interval", "sde_sample_freq")
+        positive = (
+            "num_critics",
+            "n_step",
+            "batch_size",
+            "utd_ratio",
+            "actor_update_interval",
+            "sde_sample_freq",
+            "frame_stack",
+            "conv_channels",
+            "conv_layers",
+            "feature_dim",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
@@ -67,6 +89,8 @@ class SACConfig:
             raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
+        if self.shift_pad < 0:
+            raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.exploration not in EXPLORATIONS:
@@ -121,7 +145,11 @@ class SAC(Agent):
         super().__init__()
         cfg.validate()
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
-        self.encoder = StateEncoder(obs_spec)
+        self.pixel_keys = pixel_keys(obs_spec)
+        if self.pixel_keys:
+            self.encoder = ImageStateEncoder(obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers)
+        else:
+            self.encoder = StateEncoder(obs_spec)
         feat = self.encoder.out_dim
         if cfg.exploration == "gsde":
             self.actor = GSDEActor(feat, cfg.actor_hidden, action_dim, cfg)
@@ -140,7 +168,7 @@ class SAC(Agent):
 
         dev = torch.device(device)
         groups = [
-            {"params": list(self.critic.parameters()), "lr": cfg.critic_lr},
+            {"params": [*self.encoder.parameters(), *self.critic.parameters()], "lr": cfg.critic_lr},
             {"params": list(self.actor.parameters()), "lr": cfg.actor_lr},
         ]
         if cfg.learn_alpha:
@@ -192,6 +220,8 @@ class SAC(Agent):
         weights, the temperature through a detached log-probability). The actor therefore ascends the
         critic as it was before this step's critic update, as in the JAX SAC implementations.
         """
+        if self.pixel_keys:
+            batch = self._augmented(batch)
         alpha = self.log_alpha.detach().exp()
         update_actor = (self.num_updates + 1) % self.cfg.actor_update_interval == 0
         with self._autocast():
@@ -199,8 +229,8 @@ class SAC(Agent):
             critic_loss, q_mean = self._critic_loss(features, batch, alpha)
             loss = critic_loss
             metrics = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
-            if update_actor:
-                actor_loss, log_prob = self._actor_loss(features, alpha)
+            if update_actor:  # an encoder with weights (pixels) learns only through the critic
+                actor_loss, log_prob = self._actor_loss(features.detach(), alpha)
                 loss = loss + actor_loss
                 self._last_actor_metrics = {
                     "actor_loss": actor_loss.detach(),
@@ -219,13 +249,30 @@ class SAC(Agent):
         metrics.update(self._last_actor_metrics)
         return metrics
 
+    def _augmented(self, batch: Batch) -> Batch:
+        """The batch with every image entry of obs and next_obs randomly shifted (DrQ)."""
+        obs, next_obs = dict(batch.obs), dict(batch.next_obs)
+        for key in self.pixel_keys:
+            obs[key] = random_shift(obs[key], self.cfg.shift_pad)
+            next_obs[key] = random_shift(next_obs[key], self.cfg.shift_pad)
+        return dataclasses.replace(batch, obs=obs, next_obs=next_obs)
+
+    def batch_action(self, batch: Batch) -> torch.Tensor:
+        """What the critic scores for each transition of `batch`: its action [B, action_dim]."""
+        return batch.action
+
+    @torch.no_grad()
+    def td_target(self, batch: Batch, alpha: torch.Tensor) -> torch.Tensor:
+        """[B, 1]: the (n-step) reward plus the discounted soft value of the next observation, under the
+        target critics' minimum and an action from the actor."""
+        next_features = self.encoder(batch.next_obs)
+        next_action, next_log_prob = self.actor(next_features).rsample_with_log_prob()
+        next_q = self._q(self.target_critic, next_features, next_action).min(dim=0).values
+        return batch.reward + batch.discount * (next_q - alpha * next_log_prob)
+
     def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor):
-        with torch.no_grad():
-            next_features = self.encoder(batch.next_obs)
-            next_action, next_log_prob = self.actor(next_features).rsample_with_log_prob()
-            next_q = self._q(self.target_critic, next_features, next_action).min(dim=0).values
-            target = batch.reward + batch.discount * (next_q - alpha * next_log_prob)
-        q = self._q(self.critic, features, batch.action)
+        target = self.td_target(batch, alpha)
+        q = self._q(self.critic, features, self.batch_action(batch))
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
         return critic_loss, q.detach().mean()
 

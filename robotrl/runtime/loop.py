@@ -94,9 +94,9 @@ def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False):
     return FrameStack(env, frame_stack) if frame_stack > 1 and pixel_keys(env.obs_spec) else env
 
 
-def make_replay(cfg: TrainConfig, env, device: torch.device) -> ReplayBuffer:
+def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> ReplayBuffer:
     """A FrameReplay (each frame stored once) for pixel observations, else a plain ReplayBuffer."""
-    common = {"n_step": cfg.agent.n_step, "gamma": cfg.agent.gamma, "device": device}
+    common = {"n_step": n_step, "gamma": cfg.agent.gamma, "device": device}
     if pixel_keys(env.obs_spec):
         frame_stack = getattr(cfg.agent, "frame_stack", 1)
         return FrameReplay(env.obs_spec, env.action_dim, cfg.replay_capacity, cfg.num_envs, frame_stack, **common)
@@ -121,7 +121,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
 
     env = make_training_env(cfg, cfg.num_envs)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
-    replay = make_replay(cfg, env, device)
+    replay = make_replay(cfg, env, agent.replay_n_step, device)
     update_every = getattr(cfg.agent, "update_every", 1)
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
     if resume:
