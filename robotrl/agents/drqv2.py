@@ -31,6 +31,7 @@ class DrQv2Config:
     frame_stack: int = 3  # frames stacked per camera (the env is wrapped, the replay stores each frame once)
     conv_channels: int = 32
     conv_layers: int = 4
+    conv_stride: int = 1  # stride of the convolutions after the first (stride 2); 2 for a cheap encoder
     feature_dim: int = 50  # image trunk: Linear -> LayerNorm -> tanh
     hidden: list[int] = field(default_factory=lambda: [1024, 1024])
     num_critics: int = 2
@@ -53,6 +54,7 @@ class DrQv2Config:
             "frame_stack",
             "conv_channels",
             "conv_layers",
+            "conv_stride",
             "feature_dim",
             "num_critics",
             "n_step",
@@ -129,7 +131,7 @@ class DrQv2(Agent):
                 "set task.obs=pixels or task.obs=state+pixels"
             )
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
-        self.encoder = PixelEncoder(obs_spec, cfg.conv_channels, cfg.conv_layers)
+        self.encoder = PixelEncoder(obs_spec, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride)
         image_dim, state_dim = self.encoder.out_dim, self.encoder.state_dim
         self.actor = Actor(image_dim, state_dim, cfg, action_dim)
         self.critic = Critic(image_dim, state_dim, cfg, action_dim)

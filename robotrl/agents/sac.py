@@ -63,6 +63,7 @@ class SACConfig:
     frame_stack: int = 3
     conv_channels: int = 32
     conv_layers: int = 4
+    conv_stride: int = 1  # stride of the convolutions after the first (stride 2); 2 for a cheap encoder
     feature_dim: int = 50
     shift_pad: int = 4
 
@@ -77,6 +78,7 @@ class SACConfig:
             "frame_stack",
             "conv_channels",
             "conv_layers",
+            "conv_stride",
             "feature_dim",
         )
         for name in positive:
@@ -147,7 +149,9 @@ class SAC(Agent):
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
         self.pixel_keys = pixel_keys(obs_spec)
         if self.pixel_keys:
-            self.encoder = ImageStateEncoder(obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers)
+            self.encoder = ImageStateEncoder(
+                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride
+            )
         else:
             self.encoder = StateEncoder(obs_spec)
         feat = self.encoder.out_dim

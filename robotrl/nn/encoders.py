@@ -42,18 +42,22 @@ def to_unit_range(pixels: torch.Tensor) -> torch.Tensor:
 
 
 class ConvEncoder(nn.Module):
-    """DrQ-v2's image encoder: `layers` 3x3 convolutions of `channels` filters (the first with stride 2),
-    ReLU after each, flattened. 84x84 input with the defaults gives 32 x 35 x 35 = 39,200 features."""
+    """DrQ-v2's image encoder: `layers` 3x3 convolutions of `channels` filters (the first with stride 2,
+    the others with `stride`, 1 in DrQ-v2), ReLU after each, flattened. 84x84 input with the defaults
+    gives 32 x 35 x 35 = 39,200 features."""
 
-    def __init__(self, in_channels: int, image_size: int, channels: int = 32, layers: int = 4):
+    def __init__(self, in_channels: int, image_size: int, channels: int = 32, layers: int = 4, stride: int = 1):
         super().__init__()
-        if layers < 1 or channels < 1:
-            raise ValueError(f"a conv encoder needs layers >= 1 and channels >= 1, got {layers} and {channels}")
+        if layers < 1 or channels < 1 or stride < 1:
+            raise ValueError(
+                f"a conv encoder needs layers, channels and stride >= 1, got {layers}, {channels} and {stride}"
+            )
         convs: list[nn.Module] = [nn.Conv2d(in_channels, channels, 3, stride=2), nn.ReLU(inplace=True)]
+        side = (image_size - 3) // 2 + 1
         for _ in range(layers - 1):
-            convs += [nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU(inplace=True)]
+            convs += [nn.Conv2d(channels, channels, 3, stride=stride), nn.ReLU(inplace=True)]
+            side = (side - 3) // stride + 1
         self.convs = nn.Sequential(*convs)
-        side = (image_size - 3) // 2 + 1 - 2 * (layers - 1)
         if side < 1:
             raise ValueError(f"{layers} conv layers leave nothing of a {image_size}x{image_size} image")
         self.out_dim = channels * side * side
@@ -72,7 +76,7 @@ class PixelEncoder(nn.Module):
     features.
     """
 
-    def __init__(self, obs_spec: ObsSpec, channels: int = 32, layers: int = 4):
+    def __init__(self, obs_spec: ObsSpec, channels: int = 32, layers: int = 4, stride: int = 1):
         super().__init__()
         self.image_keys = pixel_keys(obs_spec)
         if not self.image_keys:
@@ -85,7 +89,7 @@ class PixelEncoder(nn.Module):
                 raise ValueError(f"image entry {key!r} is {height}x{width}; pixel encoders take square images")
         self.cameras = nn.ModuleDict(
             {
-                key: ConvEncoder(obs_spec[key].shape[0], obs_spec[key].shape[1], channels, layers)
+                key: ConvEncoder(obs_spec[key].shape[0], obs_spec[key].shape[1], channels, layers, stride)
                 for key in self.image_keys
             }
         )
@@ -107,9 +111,9 @@ class ImageStateEncoder(nn.Module):
     `feature_dim`, then the state entries appended. For agents that share one encoder between actor and
     critic (the actor reading detached features)."""
 
-    def __init__(self, obs_spec: ObsSpec, feature_dim: int = 50, channels: int = 32, layers: int = 4):
+    def __init__(self, obs_spec: ObsSpec, feature_dim: int = 50, channels: int = 32, layers: int = 4, stride: int = 1):
         super().__init__()
-        self.pixels = PixelEncoder(obs_spec, channels, layers)
+        self.pixels = PixelEncoder(obs_spec, channels, layers, stride)
         self.image_keys = self.pixels.image_keys
         self.trunk = nn.Sequential(nn.Linear(self.pixels.out_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
         self.out_dim = feature_dim + self.pixels.state_dim
