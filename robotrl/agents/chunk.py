@@ -66,8 +66,7 @@ class ChunkCritic(SAC):
     h-step sequences, and `act` executes the chunks one env step at a time."""
 
     def __init__(self, cfg: ChunkConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
-        cfg.validate()
-        super().__init__(cfg, obs_spec, cfg.chunk_len * action_dim, device)  # the networks see whole chunks
+        super().__init__(cfg, obs_spec, cfg.chunk_len * action_dim, device)  # validates; networks see chunks
         self.action_dim = action_dim  # what the env takes per step
         self.chunk_len = cfg.chunk_len
         # Actor-side state, not module state (never checkpointed: a resumed run's envs restart from a reset).

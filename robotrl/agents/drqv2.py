@@ -20,8 +20,8 @@ from torch import nn
 from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
-from robotrl.nn.augment import random_shift
-from robotrl.nn.encoders import PixelEncoder
+from robotrl.nn.augment import shift_images
+from robotrl.nn.encoders import ImageTrunk, PixelEncoder
 from robotrl.nn.mlp import EnsembleMLP, mlp
 
 
@@ -81,22 +81,10 @@ class DrQv2Config:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
 
-class Trunk(nn.Module):
-    """Image features -> `feature_dim` (Linear, LayerNorm, tanh), then the state entries appended."""
-
-    def __init__(self, image_dim: int, feature_dim: int):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(image_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
-
-    def forward(self, image: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
-        h = self.net(image)
-        return h if state is None else torch.cat([h, state.to(h.dtype)], -1)
-
-
 class Actor(nn.Module):
     def __init__(self, image_dim: int, state_dim: int, cfg: DrQv2Config, action_dim: int):
         super().__init__()
-        self.trunk = Trunk(image_dim, cfg.feature_dim)
+        self.trunk = ImageTrunk(image_dim, cfg.feature_dim)
         self.policy = mlp(cfg.feature_dim + state_dim, cfg.hidden, action_dim)
 
     def forward(self, image: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
@@ -109,7 +97,7 @@ class Critic(nn.Module):
 
     def __init__(self, image_dim: int, state_dim: int, cfg: DrQv2Config, action_dim: int):
         super().__init__()
-        self.trunk = Trunk(image_dim, cfg.feature_dim)
+        self.trunk = ImageTrunk(image_dim, cfg.feature_dim)
         self.q = EnsembleMLP(cfg.num_critics, cfg.feature_dim + state_dim + action_dim, cfg.hidden, 1)
 
     def forward(self, image: torch.Tensor, state: torch.Tensor | None, action: torch.Tensor) -> torch.Tensor:
@@ -117,8 +105,8 @@ class Critic(nn.Module):
         return self.q(torch.cat([h, action.to(h.dtype)], -1))  # [N, B, 1]
 
 
-def clipped_noise(shape, std: float, clip: float, device, generator=None) -> torch.Tensor:
-    return (torch.randn(shape, device=device, generator=generator) * std).clamp_(-clip, clip)
+def clipped_noise(shape, std: float, clip: float, device) -> torch.Tensor:
+    return (torch.randn(shape, device=device) * std).clamp_(-clip, clip)
 
 
 class DrQv2(Agent):
@@ -169,12 +157,6 @@ class DrQv2(Agent):
             return action
         return (action + torch.randn_like(action) * self.exploration_std()).clamp_(-1.0, 1.0)
 
-    def _augment(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        out = dict(obs)
-        for key in self.encoder.image_keys:
-            out[key] = random_shift(obs[key], self.cfg.shift_pad)
-        return out
-
     def _policy_sample(self, image: torch.Tensor, state: torch.Tensor | None, std: float) -> torch.Tensor:
         mean = self.actor(image, state).float()
         noise = clipped_noise(mean.shape, std, self.cfg.std_clip, mean.device)
@@ -183,7 +165,8 @@ class DrQv2(Agent):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """A critic (and encoder) step on augmented observations, then an actor step on detached features."""
         std = self.exploration_std()
-        obs, next_obs = self._augment(batch.obs), self._augment(batch.next_obs)
+        keys, pad = self.encoder.image_keys, self.cfg.shift_pad
+        obs, next_obs = shift_images(batch.obs, keys, pad), shift_images(batch.next_obs, keys, pad)
         with self._autocast():
             image, state = self._encode(obs)
             with torch.no_grad():
@@ -197,6 +180,9 @@ class DrQv2(Agent):
         critic_loss.backward()
         self.critic_optimizer.step()
 
+        # the actor ascends a fixed critic: its weights are switched out of autograd for this step, so no
+        # critic weight gradients (the trunk's alone is [feature_dim, 39,200]) are computed and thrown away
+        self.critic.requires_grad_(False)
         with self._autocast():
             image, state = image.detach(), None if state is None else state.detach()
             action = self._policy_sample(image, state, std)
@@ -204,6 +190,7 @@ class DrQv2(Agent):
             actor_loss = -actor_q.mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
+        self.critic.requires_grad_(True)
         self.actor_optimizer.step()
 
         with torch.no_grad():

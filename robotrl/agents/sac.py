@@ -15,7 +15,7 @@ from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
-from robotrl.nn.augment import random_shift
+from robotrl.nn.augment import shift_images
 from robotrl.nn.encoders import ImageStateEncoder
 from robotrl.nn.mlp import full_precision
 
@@ -224,8 +224,13 @@ class SAC(Agent):
         weights, the temperature through a detached log-probability). The actor therefore ascends the
         critic as it was before this step's critic update, as in the JAX SAC implementations.
         """
-        if self.pixel_keys:
-            batch = self._augmented(batch)
+        if self.pixel_keys:  # DrQ: each observation randomly shifted
+            pad = self.cfg.shift_pad
+            batch = dataclasses.replace(
+                batch,
+                obs=shift_images(batch.obs, self.pixel_keys, pad),
+                next_obs=shift_images(batch.next_obs, self.pixel_keys, pad),
+            )
         alpha = self.log_alpha.detach().exp()
         update_actor = (self.num_updates + 1) % self.cfg.actor_update_interval == 0
         with self._autocast():
@@ -252,14 +257,6 @@ class SAC(Agent):
         self.num_updates += 1
         metrics.update(self._last_actor_metrics)
         return metrics
-
-    def _augmented(self, batch: Batch) -> Batch:
-        """The batch with every image entry of obs and next_obs randomly shifted (DrQ)."""
-        obs, next_obs = dict(batch.obs), dict(batch.next_obs)
-        for key in self.pixel_keys:
-            obs[key] = random_shift(obs[key], self.cfg.shift_pad)
-            next_obs[key] = random_shift(next_obs[key], self.cfg.shift_pad)
-        return dataclasses.replace(batch, obs=obs, next_obs=next_obs)
 
     def batch_action(self, batch: Batch) -> torch.Tensor:
         """What the critic scores for each transition of `batch`: its action [B, action_dim]."""

@@ -174,7 +174,7 @@ class FrameReplay(ReplayBuffer):
         missing += [f"frames.{k}" for k in self.frame_shape if f"frames.{k}" not in state]
         if missing:
             raise KeyError(f"replay state lacks {missing}")
-        ReplayBuffer.load_state_dict(self, {k: v for k, v in state.items() if not k.startswith("frames.")})
+        super().load_state_dict({k: v for k, v in state.items() if not k.startswith("frames.")})
         filled = self.rows_filled
         self.obs_frame[:filled].copy_(state["obs_frame"])
         self.first_frame[:filled].copy_(state["first_frame"])

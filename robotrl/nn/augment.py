@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import torch
 
 
@@ -33,3 +35,11 @@ def random_shift(images: torch.Tensor, pad: int = 4, generator: torch.Generator 
     for b, (top, left) in enumerate(corners):
         shifted[b] = padded[b, :, top : top + height, left : left + width]
     return shifted
+
+
+def shift_images(obs: Mapping[str, torch.Tensor], keys: Sequence[str], pad: int) -> dict[str, torch.Tensor]:
+    """A copy of the observation dict with each image entry in `keys` randomly shifted (own offsets)."""
+    out = dict(obs)
+    for key in keys:
+        out[key] = random_shift(obs[key], pad)
+    return out

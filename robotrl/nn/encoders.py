@@ -106,19 +106,29 @@ class PixelEncoder(nn.Module):
         return None if self.state is None else self.state(obs)
 
 
+class ImageTrunk(nn.Module):
+    """DrQ-v2's trunk: image features -> `feature_dim` (Linear, LayerNorm, tanh), then the state entries
+    (if any) appended unchanged."""
+
+    def __init__(self, image_dim: int, feature_dim: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(image_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+
+    def forward(self, image: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        h = self.net(image)
+        return h if state is None else torch.cat([h, state.to(h.dtype)], -1)
+
+
 class ImageStateEncoder(nn.Module):
-    """Pixels and state to one feature vector: a PixelEncoder, a trunk (Linear -> LayerNorm -> tanh) to
-    `feature_dim`, then the state entries appended. For agents that share one encoder between actor and
-    critic (the actor reading detached features)."""
+    """Pixels and state to one feature vector: a PixelEncoder, then an ImageTrunk. For agents that share
+    one encoder between actor and critic (the actor reading detached features)."""
 
     def __init__(self, obs_spec: ObsSpec, feature_dim: int = 50, channels: int = 32, layers: int = 4, stride: int = 1):
         super().__init__()
         self.pixels = PixelEncoder(obs_spec, channels, layers, stride)
         self.image_keys = self.pixels.image_keys
-        self.trunk = nn.Sequential(nn.Linear(self.pixels.out_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        self.trunk = ImageTrunk(self.pixels.out_dim, feature_dim)
         self.out_dim = feature_dim + self.pixels.state_dim
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        h = self.trunk(self.pixels(obs))
-        state = self.pixels.state_features(obs)
-        return h if state is None else torch.cat([h, state.to(h.dtype)], -1)
+        return self.trunk(self.pixels(obs), self.pixels.state_features(obs))

@@ -98,7 +98,7 @@ def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> Rep
     """A FrameReplay (each frame stored once) for pixel observations, else a plain ReplayBuffer."""
     common = {"n_step": n_step, "gamma": cfg.agent.gamma, "device": device}
     if pixel_keys(env.obs_spec):
-        frame_stack = getattr(cfg.agent, "frame_stack", 1)
+        frame_stack = env.k if isinstance(env, FrameStack) else 1  # store what the env stacks
         return FrameReplay(env.obs_spec, env.action_dim, cfg.replay_capacity, cfg.num_envs, frame_stack, **common)
     return ReplayBuffer(env.obs_spec, env.action_dim, cfg.replay_capacity, cfg.num_envs, **common)
 
@@ -183,8 +183,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             prev, step = step, step + cfg.num_envs
             counters["env_step"] = step
 
-            if step > cfg.learning_starts and _crossed(prev, step, update_every):
-                for _ in range(cfg.agent.utd_ratio * max(cfg.num_envs // update_every, 1)):
+            if step > cfg.learning_starts:  # utd_ratio updates per `update_every` env steps
+                rounds = step // update_every - prev // update_every
+                for _ in range(cfg.agent.utd_ratio * rounds):
                     update_metrics.add(agent.update(replay.sample(cfg.agent.batch_size)))
                 counters["updates"] = agent.num_updates
 
