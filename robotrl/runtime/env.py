@@ -27,6 +27,10 @@ class StepResult:
     terminated: torch.Tensor  # [E] bool
     truncated: torch.Tensor  # [E] bool
     success: torch.Tensor  # [E] bool, the task's success criterion at this step
+    # Set by an intervention wrapper (robotrl/hil): which envs' actions an operator replaced this step, and
+    # the actions actually executed (the operator's where intervened, else the policy's). None: no wrapper.
+    intervened: torch.Tensor | None = None  # [E] bool
+    action: torch.Tensor | None = None  # [E, A]
 
 
 class VecEnv(Protocol):
