@@ -6,13 +6,14 @@ wrong type fails at start-up with the key's name instead of surfacing mid-run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS
+from robotrl.hil.config import HILConfig
 from robotrl.tasks import TASK_CONFIGS
 
 
@@ -36,6 +37,7 @@ class TrainConfig:
     video: bool = True
     progress: bool = True
     resume: str | None = None  # a run directory to continue
+    hil: HILConfig = field(default_factory=HILConfig)  # demonstrations, takeover corrections, learned reward
 
     def validate(self) -> None:
         for name in (
@@ -55,6 +57,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        self.hil.validate()
         if hasattr(self.agent, "validate"):
             self.agent.validate()  # agent.* settings fail here, before any env is built
 

@@ -73,8 +73,9 @@ def test_update_changes_critic_and_polyak_moves_target_by_tau():
 
 def test_actor_loss_produces_no_critic_weight_gradients():
     agent = SAC(SACConfig(), SPEC, 2)
-    features = agent.encoder(_batch().obs)
-    actor_loss, _ = agent._actor_loss(features, agent.log_alpha.detach().exp())
+    batch = _batch()
+    features = agent.encoder(batch.obs)
+    actor_loss, _, _ = agent._actor_loss(features, agent.log_alpha.detach().exp(), batch)
     actor_loss.backward()
     assert all(p.grad is None for p in agent.critic.parameters())
     assert all(p.grad is not None for p in agent.actor.parameters())
@@ -150,7 +151,7 @@ def test_sac_from_pixels_learns_its_encoder_only_through_the_critic():
     assert agent.act(obs).shape == (16, 3)
     batch = Batch(obs, torch.rand(16, 3) * 2 - 1, torch.randn(16, 1), torch.full((16, 1), 0.99), obs)
     features = agent.encoder(obs)
-    actor_loss, _ = agent._actor_loss(features.detach(), torch.tensor(0.1))
+    actor_loss, _, _ = agent._actor_loss(features.detach(), torch.tensor(0.1), batch)
     actor_loss.backward()
     assert all(p.grad is None for p in agent.encoder.parameters())  # the actor's loss never reaches it
     agent.optimizer.zero_grad(set_to_none=True)

@@ -66,6 +66,14 @@ class Agent(nn.Module, ABC):
         return next(self.parameters()).device
 
 
+def behaviour_cloning_loss(policy_action: torch.Tensor, recorded: torch.Tensor, demo: torch.Tensor) -> torch.Tensor:
+    """Mean squared distance [] of the policy's actions to the recorded ones over the `demo` rows ([B] bool);
+    0 (still differentiable) when the batch holds none."""
+    mask = demo.to(policy_action.dtype).unsqueeze(-1)
+    squared = (policy_action.float() - recorded.float()).pow(2) * mask
+    return squared.sum() / (mask.sum() * policy_action.shape[-1]).clamp(min=1.0)
+
+
 def make_adam(params, lr: float) -> torch.optim.Adam:
     """Adam with the fused kernel where this torch build has one (one launch per step), else foreach."""
     try:

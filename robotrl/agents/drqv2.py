@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
+from robotrl.agents.base import PRECISIONS, Agent, behaviour_cloning_loss, make_adam, mixed_precision
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn.augment import shift_images
@@ -48,6 +48,7 @@ class DrQv2Config:
     std_clip: float = 0.3  # target-policy and actor-loss noise is clipped to +-std_clip
     shift_pad: int = 4  # random-shift augmentation, pixels
     precision: str = "fp32"  # fp32 | bf16 | auto, as SAC's
+    bc_weight: float = 0.0  # behaviour cloning on offline rows (Batch.demo), as SAC's
 
     def validate(self) -> None:
         positive = (
@@ -77,6 +78,8 @@ class DrQv2Config:
                 raise ValueError(f"agent.{name} must be >= 0, got {getattr(self, name)}")
         if self.shift_pad < 0:
             raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
+        if not self.bc_weight >= 0:
+            raise ValueError(f"agent.bc_weight must be >= 0, got {self.bc_weight}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
@@ -158,7 +161,9 @@ class DrQv2(Agent):
         return (action + torch.randn_like(action) * self.exploration_std()).clamp_(-1.0, 1.0)
 
     def _policy_sample(self, image: torch.Tensor, state: torch.Tensor | None, std: float) -> torch.Tensor:
-        mean = self.actor(image, state).float()
+        return self._perturb(self.actor(image, state).float(), std)
+
+    def _perturb(self, mean: torch.Tensor, std: float) -> torch.Tensor:
         noise = clipped_noise(mean.shape, std, self.cfg.std_clip, mean.device)
         return (mean + noise).clamp(-1.0, 1.0)
 
@@ -185,9 +190,13 @@ class DrQv2(Agent):
         self.critic.requires_grad_(False)
         with self._autocast():
             image, state = image.detach(), None if state is None else state.detach()
-            action = self._policy_sample(image, state, std)
-            actor_q = full_precision_min(self.critic(image, state, action))
+            mean = self.actor(image, state).float()
+            actor_q = full_precision_min(self.critic(image, state, self._perturb(mean, std)))
             actor_loss = -actor_q.mean()
+            bc_loss = None
+            if self.cfg.bc_weight > 0 and batch.demo is not None:
+                bc_loss = behaviour_cloning_loss(mean, batch.action, batch.demo)
+                actor_loss = actor_loss + self.cfg.bc_weight * bc_loss
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.critic.requires_grad_(True)
@@ -196,12 +205,15 @@ class DrQv2(Agent):
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
         self.num_updates += 1
-        return {
+        metrics = {
             "critic_loss": critic_loss.detach(),
             "actor_loss": actor_loss.detach(),
             "q_mean": q.detach().mean(),
             "exploration_std": torch.tensor(std),
         }
+        if bc_loss is not None:
+            metrics["bc_loss"] = bc_loss.detach()
+        return metrics
 
 
 def full_precision_min(q: torch.Tensor) -> torch.Tensor:

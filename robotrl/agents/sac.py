@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from robotrl.agents.base import PRECISIONS, Agent, make_adam, mixed_precision
+from robotrl.agents.base import PRECISIONS, Agent, behaviour_cloning_loss, make_adam, mixed_precision
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
@@ -66,6 +66,9 @@ class SACConfig:
     conv_stride: int = 1  # stride of the convolutions after the first (stride 2); 2 for a cheap encoder
     feature_dim: int = 50
     shift_pad: int = 4
+    # Behaviour cloning on offline rows (demonstrations and interventions, `Batch.demo`): the actor's loss
+    # adds bc_weight * the mean squared distance of its deterministic action to the recorded one.
+    bc_weight: float = 0.0
 
     def validate(self) -> None:
         positive = (
@@ -93,6 +96,8 @@ class SACConfig:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
         if self.shift_pad < 0:
             raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
+        if not self.bc_weight >= 0:
+            raise ValueError(f"agent.bc_weight must be >= 0, got {self.bc_weight}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.exploration not in EXPLORATIONS:
@@ -239,13 +244,15 @@ class SAC(Agent):
             loss = critic_loss
             metrics = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
             if update_actor:  # an encoder with weights (pixels) learns only through the critic
-                actor_loss, log_prob = self._actor_loss(features.detach(), alpha)
+                actor_loss, log_prob, bc_loss = self._actor_loss(features.detach(), alpha, batch)
                 loss = loss + actor_loss
                 self._last_actor_metrics = {
                     "actor_loss": actor_loss.detach(),
                     "entropy": -log_prob.mean(),
                     "alpha": alpha,
                 }
+                if bc_loss is not None:
+                    self._last_actor_metrics["bc_loss"] = bc_loss.detach()
                 if self.cfg.learn_alpha:
                     alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
                     loss = loss + alpha_loss
@@ -277,13 +284,18 @@ class SAC(Agent):
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
         return critic_loss, q.detach().mean()
 
-    def _actor_loss(self, features: torch.Tensor, alpha: torch.Tensor):
-        action, log_prob = self.actor(features).rsample_with_log_prob()
+    def _actor_loss(self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch):
+        policy = self.actor(features)
+        action, log_prob = policy.rsample_with_log_prob()
         # The critic is a fixed function here: through detached weights only the path to the action is
         # differentiated, and no critic weight gradients are computed.
         q = self.critic(torch.cat([features, action], dim=-1), frozen=True).min(dim=0).values
         actor_loss = (alpha * log_prob - q).mean()
-        return actor_loss, log_prob.detach()
+        bc_loss = None
+        if self.cfg.bc_weight > 0 and batch.demo is not None:
+            bc_loss = behaviour_cloning_loss(policy.mode, self.batch_action(batch), batch.demo)
+            actor_loss = actor_loss + self.cfg.bc_weight * bc_loss
+        return actor_loss, log_prob.detach(), bc_loss
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:

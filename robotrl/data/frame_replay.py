@@ -83,13 +83,30 @@ class FrameReplay(ReplayBuffer):
         check_obs(self.full_obs_spec, obs)
         TensorSpec((self.action_dim,)).check("action", action)
 
-    def _write_frames(self, source: Mapping[str, torch.Tensor], env: torch.Tensor) -> None:
-        """Append the newest frame of `source` (stacked observations of every env) for the envs `env`."""
+    def _write_frames(self, source: Mapping[str, torch.Tensor], env: torch.Tensor, age: int = 0) -> None:
+        """Append one frame of `source` (stacked observations of every env) for the envs `env`: the newest,
+        or the one `age` frames older."""
         slot = self.frames_written[env] % self.slots
         for key, (channels, _, _) in self.frame_shape.items():
-            newest = source[key][:, -channels:].to(self.device)
-            self.frames[key][env, slot] = newest[env]
+            end = source[key].shape[1] - age * channels
+            frame = source[key][:, end - channels : end].to(self.device)
+            self.frames[key][env, slot] = frame[env]
         self.frames_written[env] += 1
+
+    def _start_episodes(self, obs: Mapping[str, torch.Tensor], starting: torch.Tensor) -> None:
+        """Store the first observation of the episodes `starting` now. A reset's stack repeats one frame
+        (FrameStack), so one frame is stored; a stack with history (a segment copied from the middle of an
+        episode, e.g. an intervention) stores all its frames, so the rebuilt stacks keep that history."""
+        self.episode_first[starting] = self.frames_written[starting]
+        repeated = torch.ones(len(starting), dtype=torch.bool, device=self.device)
+        for key, (channels, _, _) in self.frame_shape.items():
+            stack = obs[key].to(self.device)[starting]
+            frames = stack.view(len(starting), self.frame_stack, channels, *stack.shape[2:])
+            repeated &= (frames == frames[:, -1:]).flatten(1).all(1)
+        with_history = starting[~repeated]
+        for age in range(self.frame_stack - 1, 0, -1):  # oldest first
+            self._write_frames(obs, with_history, age)
+        self._write_frames(obs, starting)
 
     def add(
         self,
@@ -102,9 +119,8 @@ class FrameReplay(ReplayBuffer):
     ) -> None:
         """Store one step of every env. Each env's steps must arrive in order, as the env produced them."""
         starting = (~self.episode_open).nonzero().flatten()
-        if len(starting):  # an episode's first observation: its frame has not been stored yet
-            self.episode_first[starting] = self.frames_written[starting]
-            self._write_frames(obs, starting)
+        if len(starting):  # an episode's first observation: its frames have not been stored yet
+            self._start_episodes(obs, starting)
         row = self.pos
         self.obs_frame[row] = self.frames_written - 1
         self.first_frame[row] = self.episode_first

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +28,9 @@ class Batch:
     reward: torch.Tensor  # [B, 1], the (n-step) discounted sum of rewards
     discount: torch.Tensor  # [B, 1]
     next_obs: Obs
+    # [B] bool, set by a MixedReplay: rows drawn from the offline buffer (demonstrations and interventions),
+    # which an agent may also fit by behaviour cloning. None: no offline rows in this batch.
+    demo: torch.Tensor | None = field(default=None, kw_only=True)
 
 
 @dataclass

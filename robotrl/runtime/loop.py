@@ -17,8 +17,11 @@ import torch
 from robotrl.agents import make_agent
 from robotrl.config import TrainConfig
 from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.mixer import MixedReplay, RatioSchedule
 from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import pixel_keys
+from robotrl.hil.intervention import InterventionEnv
+from robotrl.hil.setup import load_demos, wrap_for_hil
 from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.evaluate import evaluate
@@ -94,13 +97,33 @@ def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False):
     return FrameStack(env, frame_stack) if frame_stack > 1 and pixel_keys(env.obs_spec) else env
 
 
-def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> ReplayBuffer:
-    """A FrameReplay (each frame stored once) for pixel observations, else a plain ReplayBuffer."""
+def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> ReplayBuffer | MixedReplay:
+    """The run's replay: a FrameReplay (each frame stored once) for pixel observations, else a plain
+    ReplayBuffer; with demonstrations or an operator, that buffer online mixed with an offline one."""
+    online = _buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, device)
+    if not cfg.hil.mixes_offline:
+        return online
+    offline = _buffer(cfg, env, cfg.hil.offline_capacity, 1, n_step, device)
+    hil = cfg.hil
+    return MixedReplay(
+        online, offline, RatioSchedule(hil.offline_ratio, hil.offline_ratio_final, hil.offline_ratio_steps)
+    )
+
+
+def _buffer(cfg: TrainConfig, env, capacity: int, num_envs: int, n_step: int, device: torch.device) -> ReplayBuffer:
     common = {"n_step": n_step, "gamma": cfg.agent.gamma, "device": device}
     if pixel_keys(env.obs_spec):
-        frame_stack = env.k if isinstance(env, FrameStack) else 1  # store what the env stacks
-        return FrameReplay(env.obs_spec, env.action_dim, cfg.replay_capacity, cfg.num_envs, frame_stack, **common)
-    return ReplayBuffer(env.obs_spec, env.action_dim, cfg.replay_capacity, cfg.num_envs, **common)
+        return FrameReplay(env.obs_spec, env.action_dim, capacity, num_envs, frame_stack_of(env), **common)
+    return ReplayBuffer(env.obs_spec, env.action_dim, capacity, num_envs, **common)
+
+
+def frame_stack_of(env) -> int:
+    """The frames per stacked observation `env` produces (the replay stores what the env stacks)."""
+    while env is not None:
+        if isinstance(env, FrameStack):
+            return env.k
+        env = env.__dict__.get("env")
+    return 1
 
 
 def _crossed(before: int, after: int, interval: int) -> bool:
@@ -119,9 +142,11 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
 
-    env = make_training_env(cfg, cfg.num_envs)
+    env = wrap_for_hil(make_training_env(cfg, cfg.num_envs), cfg.hil)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
     replay = make_replay(cfg, env, agent.replay_n_step, device)
+    if isinstance(replay, MixedReplay) and cfg.hil.demos and not resume:  # a resumed replay holds them already
+        load_demos(cfg.hil.demos, replay.offline, env.obs_spec, env.action_dim, frame_stack_of(env))
     update_every = getattr(cfg.agent, "update_every", 1)
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
     if resume:
@@ -174,10 +199,15 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             result = env.step(action)
             episode_start = result.terminated | result.truncated
             agent.advance_exploration(episode_start)  # the actor's clock: gSDE resamples here, never in update
+            executed = action if result.action is None else result.action  # an operator's, where it took over
             if first_add:
-                replay.check_step(result.next_obs, action)
+                replay.check_step(result.next_obs, executed)
                 first_add = False
-            replay.add(obs, action, result.reward, result.next_obs, result.terminated, result.truncated)
+            transition = (obs, executed, result.reward, result.next_obs, result.terminated, result.truncated)
+            if isinstance(replay, MixedReplay):  # corrections also go to the offline buffer
+                replay.add(*transition, intervened=result.intervened)
+            else:
+                replay.add(*transition)
             obs = result.obs
             counters["episodes"] += episodes.record(result.reward, result.success, episode_start)
             prev, step = step, step + cfg.num_envs
@@ -195,6 +225,11 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 scalars = update_metrics.flush(step)
                 scalars.update(episodes.flush(env.has_success))
                 scalars.update({f"train/{k}": v for k, v in smoothness.flush().items()})
+                if isinstance(env, InterventionEnv):
+                    scalars.update({f"hil/{k}": v for k, v in env.flush_stats().items()})
+                if isinstance(replay, MixedReplay):
+                    scalars["hil/offline_ratio"] = replay.offline_ratio
+                    scalars["hil/offline_transitions"] = float(len(replay.offline))
                 scalars["time/env_steps_per_s"] = (step - last_log_step) / max(now - last_log_time, 1e-9)
                 last_log_time, last_log_step = now, step
                 writer.write(step, scalars)

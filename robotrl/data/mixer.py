@@ -1,0 +1,236 @@
+"""Online and offline replay sampled together (RLPD, HIL-SERL).
+
+The offline buffer holds demonstrations and the operator's corrections; the online buffer holds every
+transition the actor produced, corrections included (HIL-SERL stores intervened steps in both). Each
+batch takes `offline_ratio` of its rows from the offline buffer (0.5 by default, as RLPD), optionally on
+a linear schedule over env steps, and marks them in `Batch.demo` so an agent can add a behaviour-cloning
+term on them.
+
+The offline buffer is a ReplayBuffer (or FrameReplay for pixels) with one env column: demonstrations
+and intervention segments are written there as contiguous runs, each closed by a truncation flag, so
+n-step sums and action sequences never run from one run into the next while still bootstrapping from
+the run's last observation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from robotrl.data.replay import Batch, ReplayBuffer
+
+Obs = dict[str, torch.Tensor]
+
+
+def concat_batches(first: Batch, second: Batch) -> Batch:
+    """The rows of `first` then `second` (same Batch class), with `demo` marking `second`'s rows."""
+    if type(first) is not type(second):
+        raise TypeError(f"cannot concatenate a {type(first).__name__} with a {type(second).__name__}")
+    out = {}
+    for f in dataclasses.fields(first):
+        a, b = getattr(first, f.name), getattr(second, f.name)
+        if f.name == "demo":
+            continue
+        if isinstance(a, Mapping):
+            out[f.name] = {k: torch.cat([a[k], b[k]]) for k in a}
+        else:
+            out[f.name] = torch.cat([a, b])
+    rows_first, rows_second = first.action.shape[0], second.action.shape[0]
+    device = first.action.device
+    demo = torch.zeros(rows_first + rows_second, dtype=torch.bool, device=device)
+    demo[rows_first:] = True
+    out["demo"] = demo
+    return type(first)(**out)
+
+
+@dataclasses.dataclass
+class RatioSchedule:
+    """The offline share of each batch: `start`, moving linearly to `end` over `steps` env steps."""
+
+    start: float = 0.5
+    end: float | None = None  # None: constant
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value in (("offline_ratio", self.start), ("offline_ratio_final", self.end)):
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"hil.{name} must be within [0, 1], got {value}")
+        if self.steps < 0:
+            raise ValueError(f"hil.offline_ratio_steps must be >= 0, got {self.steps}")
+
+    def at(self, env_step: int) -> float:
+        if self.end is None or self.steps == 0:
+            return self.start if self.end is None else self.end
+        progress = min(env_step / self.steps, 1.0)
+        return self.start + progress * (self.end - self.start)
+
+
+class InterventionSegments:
+    """Collects each env's consecutive intervened steps and writes them to the offline buffer as one
+    contiguous run when the intervention (or the episode) ends."""
+
+    def __init__(self, num_envs: int):
+        self.open: list[list[tuple[Obs, torch.Tensor, float, Obs, bool, bool]]] = [[] for _ in range(num_envs)]
+
+    def add(
+        self,
+        offline: ReplayBuffer,
+        obs: Mapping[str, torch.Tensor],
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: Mapping[str, torch.Tensor],
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        intervened: torch.Tensor,
+    ) -> int:
+        """Account one batched step; returns how many transitions were written to `offline`."""
+        written = 0
+        done = terminated | truncated
+        for env in range(len(self.open)):
+            if intervened[env]:
+                self.open[env].append(
+                    (
+                        {k: v[env] for k, v in obs.items()},
+                        action[env],
+                        float(reward[env]),
+                        {k: v[env] for k, v in next_obs.items()},
+                        bool(terminated[env]),
+                        bool(truncated[env]),
+                    )
+                )
+            if self.open[env] and (not intervened[env] or done[env]):
+                written += self._flush(offline, env)
+        return written
+
+    def _flush(self, offline: ReplayBuffer, env: int) -> int:
+        segment, self.open[env] = self.open[env], []
+        for i, (obs, action, reward, next_obs, terminated, truncated) in enumerate(segment):
+            last = i == len(segment) - 1
+            add_row(offline, obs, action, reward, next_obs, terminated, truncated or (last and not terminated))
+        return len(segment)
+
+
+def add_row(
+    buffer: ReplayBuffer,
+    obs: Mapping[str, torch.Tensor],
+    action: torch.Tensor,
+    reward: float,
+    next_obs: Mapping[str, torch.Tensor],
+    terminated: bool,
+    truncated: bool,
+) -> None:
+    """One unbatched transition into a one-env buffer."""
+    buffer.add(
+        {k: v.unsqueeze(0) for k, v in obs.items()},
+        action.unsqueeze(0),
+        torch.tensor([reward], dtype=torch.float32),
+        {k: v.unsqueeze(0) for k, v in next_obs.items()},
+        torch.tensor([terminated]),
+        torch.tensor([truncated]),
+    )
+
+
+def stack_frames(frames: torch.Tensor, k: int) -> torch.Tensor:
+    """[T, k*C, H, W] stacks of the last k frames of [T, C, H, W], repeating frame 0 before it (as
+    FrameStack does at a reset)."""
+    index = (torch.arange(len(frames)).unsqueeze(1) + torch.arange(-k + 1, 1)).clamp(min=0)  # [T, k]
+    return frames[index].flatten(1, 2)
+
+
+def add_episode(offline: ReplayBuffer, episode, pixel_keys: Sequence[str] = (), frame_stack: int = 1) -> None:
+    """Write a recorded episode (robotrl.data.dataset.Episode) into a one-env buffer as one contiguous run.
+
+    Image entries are recorded one frame per step; they are stacked here as the training env stacks them.
+    """
+    if offline.num_envs != 1:
+        raise ValueError(f"the offline buffer must have one env column, it has {offline.num_envs}")
+    obs = dict(episode.obs)
+    for key in pixel_keys:
+        if frame_stack > 1:
+            obs[key] = stack_frames(obs[key], frame_stack)
+    steps = len(episode)
+    for t in range(steps):
+        last = t == steps - 1
+        terminated = bool(episode.terminated[t])
+        truncated = bool(episode.truncated[t]) or (last and not terminated)  # a run never continues past its end
+        add_row(
+            offline,
+            {k: v[t] for k, v in obs.items()},
+            episode.action[t],
+            float(episode.reward[t]),
+            {k: v[t + 1] for k, v in obs.items()},
+            terminated,
+            truncated,
+        )
+
+
+class MixedReplay:
+    """An online buffer and an offline (demonstrations + interventions) buffer behind one replay API.
+
+    `add` stores every transition online and copies intervened ones offline; `sample` draws
+    `round(ratio * batch_size)` rows offline (none while it is empty) and the rest online.
+    """
+
+    def __init__(self, online: ReplayBuffer, offline: ReplayBuffer, schedule: RatioSchedule | None = None):
+        if offline.num_envs != 1:
+            raise ValueError(f"the offline buffer must have one env column, it has {offline.num_envs}")
+        self.online, self.offline = online, offline
+        self.schedule = schedule or RatioSchedule()
+        self.segments = InterventionSegments(online.num_envs)
+        self.env_step = 0
+        self.interventions_stored = 0
+        self.device = online.device
+
+    def __len__(self) -> int:
+        return len(self.online)
+
+    @property
+    def offline_ratio(self) -> float:
+        return self.schedule.at(self.env_step)
+
+    def check_step(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor) -> None:
+        self.online.check_step(obs, action)
+
+    def add(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: Mapping[str, torch.Tensor],
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        intervened: torch.Tensor | None = None,
+    ) -> None:
+        self.online.add(obs, action, reward, next_obs, terminated, truncated)
+        self.env_step += self.online.num_envs
+        if intervened is not None and (intervened.any() or any(self.segments.open)):
+            self.interventions_stored += self.segments.add(
+                self.offline, obs, action, reward, next_obs, terminated, truncated, intervened
+            )
+
+    def sample(self, batch_size: int) -> Batch:
+        offline_rows = round(self.offline_ratio * batch_size) if len(self.offline) else 0
+        if offline_rows == 0:
+            return self.online.sample(batch_size)
+        if offline_rows == batch_size or len(self.online) == 0:
+            batch = self.offline.sample(batch_size)
+            return dataclasses.replace(batch, demo=torch.ones(batch_size, dtype=torch.bool, device=self.device))
+        return concat_batches(self.online.sample(batch_size - offline_rows), self.offline.sample(offline_rows))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The online buffer's state under its own names (checkpoints of plain runs stay loadable) and the
+        offline buffer's under `offline.`."""
+        state = dict(self.online.state_dict())
+        state.update({f"offline.{k}": v for k, v in self.offline.state_dict().items()})
+        state["mixer_env_step"] = torch.tensor(self.env_step)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        offline = {k.removeprefix("offline."): v for k, v in state.items() if k.startswith("offline.")}
+        if not offline:
+            raise KeyError("replay state lacks the offline buffer ('offline.*'): saved by a run without hil?")
+        self.online.load_state_dict({k: v for k, v in state.items() if not k.startswith(("offline.", "mixer_"))})
+        self.offline.load_state_dict(offline)
+        self.env_step = int(state.get("mixer_env_step", torch.tensor(0)))

@@ -1,0 +1,45 @@
+"""The `hil.*` settings of a training run: demonstrations, the operator who takes over, the mixing of
+offline and online data, and a learned reward (see robotrl/hil/ and robotrl/data/mixer.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from robotrl.hil.scripted_operator import ScriptedOperatorConfig
+
+OPERATORS = ("none", "scripted", "keyboard", "spacemouse", "gamepad")
+
+
+@dataclass
+class HILConfig:
+    demos: list[str] = field(default_factory=list)  # recorded datasets (robotrl-record) for the offline buffer
+    operator: str = "none"  # who takes over: none | scripted (the task's expert) | keyboard | spacemouse | gamepad
+    on_disconnect: str = "resume"  # a teleop device that disconnects: resume (the policy acts) | stop the episode
+    teleop_gain: float = 1.0  # scales the device's command before it is clipped to [-1, 1]
+    scripted: ScriptedOperatorConfig = field(default_factory=ScriptedOperatorConfig)
+    offline_ratio: float = 0.5  # share of each batch drawn from the offline buffer (RLPD: 0.5)
+    offline_ratio_final: float | None = None  # if set, the share moves linearly to this value ...
+    offline_ratio_steps: int = 0  # ... over this many env steps
+    offline_capacity: int = 200_000  # transitions the offline buffer keeps (demonstrations + interventions)
+    reward_classifier: str | None = None  # a robotrl-train-classifier output dir: its verdict is reward and success
+
+    @property
+    def mixes_offline(self) -> bool:
+        return bool(self.demos) or self.operator != "none"
+
+    def validate(self) -> None:
+        if self.operator not in OPERATORS:
+            raise ValueError(f"hil.operator must be one of {', '.join(OPERATORS)}, got {self.operator!r}")
+        if self.on_disconnect not in ("resume", "stop"):
+            raise ValueError(f"hil.on_disconnect must be resume or stop, got {self.on_disconnect!r}")
+        if not self.teleop_gain > 0:
+            raise ValueError(f"hil.teleop_gain must be > 0, got {self.teleop_gain}")
+        if self.offline_capacity < 1:
+            raise ValueError(f"hil.offline_capacity must be >= 1, got {self.offline_capacity}")
+        for path in self.demos:
+            if not isinstance(path, str) or not path:
+                raise ValueError(f"hil.demos entries must be dataset directories, got {path!r}")
+        self.scripted.validate()
+        from robotrl.data.mixer import RatioSchedule
+
+        RatioSchedule(self.offline_ratio, self.offline_ratio_final, self.offline_ratio_steps)  # validates

@@ -1,0 +1,71 @@
+"""Assembles a training run's human-in-the-loop pieces from its `hil.*` config: the env wrappers (learned
+reward, takeover) and the demonstrations loaded into the offline buffer."""
+
+from __future__ import annotations
+
+import logging
+
+from robotrl.data.mixer import add_episode
+from robotrl.data.replay import ReplayBuffer
+from robotrl.data.spec import pixel_keys
+from robotrl.hil.config import HILConfig
+from robotrl.hil.intervention import InterventionEnv, TeleopOperator
+from robotrl.hil.scripted_operator import ScriptedOperator, expert_of
+
+log = logging.getLogger(__name__)
+
+
+def wrap_for_hil(env, hil: HILConfig):
+    """`env` with the learned reward (if configured) and the operator's takeover (if any)."""
+    if hil.reward_classifier:
+        from robotrl.hil.classifier_reward import ClassifierReward
+
+        env = ClassifierReward.from_dir(env, hil.reward_classifier)
+    if hil.operator == "none":
+        return env
+    if hil.operator == "scripted":
+        operator = ScriptedOperator(expert_of(env), env.num_envs, hil.scripted)
+    else:
+        from robotrl.hil.teleop import make_teleop
+
+        if env.num_envs != 1:
+            raise ValueError(f"hil.operator={hil.operator} drives one env; num_envs is {env.num_envs}")
+        operator = TeleopOperator(make_teleop(hil.operator), env.action_dim, hil.on_disconnect, hil.teleop_gain)
+    return InterventionEnv(env, operator)
+
+
+def load_demos(paths: list[str], offline: ReplayBuffer, obs_spec, action_dim: int, frame_stack: int = 1) -> int:
+    """Write every episode of the datasets at `paths` into `offline`; returns the transitions written.
+
+    Each dataset is checked against the env (keys, shapes, action size) and fully verified before any of
+    its episodes is used. Images are recorded one frame per step and stacked here as the env stacks them.
+    """
+    from robotrl.data.dataset import EpisodeDataset
+
+    images = pixel_keys(obs_spec)
+    written = 0
+    for path in paths:
+        dataset = EpisodeDataset.open(path)
+        _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack)
+        episodes = dataset.load_all()
+        for episode in episodes:
+            add_episode(offline, episode, images, frame_stack)
+            written += len(episode)
+        log.info("loaded %d demonstration episodes (%d steps) from %s", len(episodes), dataset.num_steps, path)
+    return written
+
+
+def _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack) -> None:
+    if dataset.action_dim != action_dim:
+        raise ValueError(f"dataset {path}: actions have {dataset.action_dim} entries, the task's {action_dim}")
+    for key, spec in obs_spec.items():
+        if key not in dataset.obs_spec:
+            raise ValueError(f"dataset {path}: no observation {key!r} (it has {sorted(dataset.obs_spec)})")
+        recorded = tuple(dataset.obs_spec[key].shape)
+        expected = tuple(spec.shape)
+        if key in images:
+            expected = (expected[0] // frame_stack, *expected[1:])
+        if recorded != expected:
+            raise ValueError(
+                f"dataset {path}: observation {key!r} has shape {list(recorded)}, the env's {list(expected)}"
+            )
