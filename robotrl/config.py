@@ -76,6 +76,9 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalConfig)
+    from robotrl.record import RecordConfig  # here: robotrl.record registers configs on import
+
+    cs.store(name="record_schema", node=RecordConfig)
     for name, node in AGENT_CONFIGS.items():
         cs.store(group="schema/agent", name=name, node=node)
     for name, node in TASK_CONFIGS.items():

@@ -146,7 +146,8 @@ def add_episode(offline: ReplayBuffer, episode, pixel_keys: Sequence[str] = (), 
     """
     if offline.num_envs != 1:
         raise ValueError(f"the offline buffer must have one env column, it has {offline.num_envs}")
-    obs = dict(episode.obs)
+    stored = getattr(offline, "full_obs_spec", offline.obs_spec)  # a FrameReplay keeps images apart
+    obs = {k: episode.obs[k] for k in stored}
     for key in pixel_keys:
         if frame_stack > 1:
             obs[key] = stack_frames(obs[key], frame_stack)

@@ -1,0 +1,367 @@
+"""Human in the loop: the online/offline mixer, takeover corrections, behaviour cloning, recording."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from helpers import REPO, run_module
+from robotrl.tasks import TASK_CONFIGS, make_env
+
+from robotrl.agents.sac import SAC, SACConfig
+from robotrl.data.dataset import EpisodeDataset
+from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.mixer import MixedReplay, RatioSchedule, add_episode, stack_frames
+from robotrl.data.replay import Batch, ReplayBuffer
+from robotrl.data.spec import TensorSpec
+from robotrl.hil.config import HILConfig
+from robotrl.hil.intervention import InterventionEnv, TeleopOperator
+from robotrl.hil.scripted_operator import ScriptedOperator, ScriptedOperatorConfig, expert_of
+from robotrl.hil.teleop import TeleopCommand, TeleopDevice
+from robotrl.runtime.env import StepResult
+
+SPEC = {"x": TensorSpec((3,))}
+
+
+def _fill(buffer: ReplayBuffer, steps: int, value: float, episode: int = 10) -> None:
+    envs = buffer.num_envs
+    for t in range(steps):
+        obs = {"x": torch.full((envs, 3), value + t)}
+        done = torch.full((envs,), (t + 1) % episode == 0)
+        buffer.add(obs, torch.zeros(envs, 2), torch.ones(envs), obs, torch.zeros(envs, dtype=torch.bool), done)
+
+
+def test_mixer_draws_the_offline_share_and_follows_its_schedule():
+    online, offline = ReplayBuffer(SPEC, 2, 1000, num_envs=2), ReplayBuffer(SPEC, 2, 1000)
+    mixer = MixedReplay(online, offline, RatioSchedule(0.5, 0.0, 1000))
+    _fill(online, 100, 0.0)
+    assert mixer.sample(64).demo is None  # offline empty: every row online
+    _fill(offline, 50, 1000.0)
+    batch = mixer.sample(256)
+    assert int(batch.demo.sum()) == 128
+    assert (batch.obs["x"][batch.demo] >= 1000).all() and (batch.obs["x"][~batch.demo] < 1000).all()
+    mixer.env_step = 500
+    assert int(mixer.sample(256).demo.sum()) == 64
+    mixer.env_step = 5000
+    assert mixer.sample(256).demo is None  # the schedule reached 0: no offline rows
+
+
+def test_mixer_state_round_trips_with_both_buffers():
+    mixer = MixedReplay(ReplayBuffer(SPEC, 2, 100), ReplayBuffer(SPEC, 2, 100))
+    _fill(mixer.online, 20, 0.0)
+    _fill(mixer.offline, 7, 1000.0)
+    restored = MixedReplay(ReplayBuffer(SPEC, 2, 100), ReplayBuffer(SPEC, 2, 100))
+    restored.load_state_dict(mixer.state_dict())
+    assert len(restored.online) == 20 and len(restored.offline) == 7
+    assert torch.equal(restored.offline.obs["x"][:7], mixer.offline.obs["x"][:7])
+    with pytest.raises(KeyError, match="offline"):
+        restored.load_state_dict(mixer.online.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("offline_ratio", 1.5, "hil.offline_ratio"),
+        ("operator", "telepathy", "hil.operator must be one of none, scripted"),
+        ("on_disconnect", "panic", "hil.on_disconnect"),
+        ("offline_capacity", 0, "hil.offline_capacity"),
+    ],
+)
+def test_hil_config_names_bad_values(key, value, match):
+    cfg = HILConfig()
+    setattr(cfg, key, value)
+    with pytest.raises(ValueError, match=match):
+        cfg.validate()
+
+
+def _pick_env(num_envs: int = 2, **overrides):
+    cfg = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", episode_steps=30, **overrides)
+    return make_env(cfg, num_envs=num_envs)
+
+
+def test_interventions_reach_both_buffers_as_runs_that_end_in_a_truncation():
+    env = _pick_env()
+    operator = ScriptedOperator(expert_of(env), 2, ScriptedOperatorConfig(patience=2, takeover_steps=4, budget=100))
+    env = InterventionEnv(env, operator)
+    mixer = MixedReplay(ReplayBuffer(env.obs_spec, 4, 1000, 2), ReplayBuffer(env.obs_spec, 4, 1000))
+    obs = env.reset(seed=0)
+    intervened_actions = []
+    for _ in range(60):  # two full episodes per env: every open run is flushed at the last step
+        policy = torch.rand(2, 4) * 2 - 1
+        result = env.step(policy)
+        assert result.intervened is not None and result.action is not None
+        executed = result.action
+        assert torch.equal(executed[~result.intervened], policy[~result.intervened])
+        intervened_actions += list(executed[result.intervened])
+        mixer.add(obs, executed, result.reward, result.next_obs, result.terminated, result.truncated, result.intervened)
+        obs = result.obs
+    flagged = len(intervened_actions)
+    assert flagged > 10
+    assert len(mixer.offline) == flagged == mixer.interventions_stored
+    assert len(mixer.online) == 120  # every step online, corrections included
+    offline_actions = mixer.offline.action[:flagged, 0]
+    assert {tuple(a.tolist()) for a in offline_actions} == {tuple(a.tolist()) for a in intervened_actions}
+    stats = env.flush_stats()
+    assert stats["interventions_per_episode"] == pytest.approx(flagged / 4)
+    assert 0 < stats["intervention_rate"] < 1 and "would_intervene_rate" in stats
+    # each copied run ends in a truncation, so n-step sums and sequences never join two runs
+    ends = mixer.offline.truncated[:flagged, 0] | mixer.offline.terminated[:flagged, 0]
+    assert ends[-1] and 1 < int(ends.sum()) < flagged
+    batch = mixer.offline.sample_sequences(256, 6)
+    for valid in batch.valid:
+        assert valid.cumsum(0).tolist() == list(range(1, int(valid.sum()) + 1)) + [int(valid.sum())] * (
+            6 - int(valid.sum())
+        )
+
+
+def test_scripted_operator_takes_over_on_drift_and_its_budget_decays():
+    expert = torch.zeros(1, 2)
+    cfg = ScriptedOperatorConfig(patience=3, stall_steps=0, takeover_steps=5, budget=8, budget_decay=0.5)
+    operator = ScriptedOperator(lambda: expert, 1, cfg)
+    obs = {"x": torch.zeros(1, 3)}
+    far = torch.ones(1, 2)
+    engaged = [bool(operator.decide(obs, far)[0]) for _ in range(12)]
+    # drifts for 3 steps, then takes over for 5, then drifts again and spends the rest of the budget (3)
+    assert engaged == [False, False, True, True, True, True, True, False, False, True, True, True]
+    assert not operator.decide(obs, far)[0]  # budget spent
+    done = StepResult(
+        {},
+        {},
+        torch.zeros(1),
+        torch.zeros(1, dtype=torch.bool),
+        torch.ones(1, dtype=torch.bool),
+        torch.zeros(1, dtype=torch.bool),
+    )
+    operator.observe(done)
+    assert int(operator.budget_left) == 4  # 8 * 0.5
+    close = torch.zeros(1, 2)
+    assert not any(bool(operator.decide(obs, close)[0]) for _ in range(10))  # agreeing with the expert
+    assert operator.flush_stats()["would_intervene_rate"] > 0
+
+
+def test_scripted_operator_takes_over_a_stalled_policy_but_never_a_succeeding_one():
+    cfg = ScriptedOperatorConfig(drift_threshold=10.0, stall_steps=4, takeover_steps=2, budget=50)
+    operator = ScriptedOperator(lambda: torch.zeros(1, 2), 1, cfg)
+    obs = {"x": torch.zeros(1, 3), "pixels": torch.zeros(1, 3, 8, 8, dtype=torch.uint8)}
+    engaged = [bool(operator.decide(obs, torch.zeros(1, 2))[0]) for _ in range(6)]
+    assert engaged == [False, False, False, False, True, True]
+    operator.succeeding = torch.ones(1, dtype=torch.bool)
+    assert not any(bool(operator.decide(obs, torch.zeros(1, 2))[0]) for _ in range(8))
+
+
+class ScriptedDevice(TeleopDevice):
+    """A device that replays a list of commands (the real interface; the hardware devices have own tests)."""
+
+    name = "replay"
+
+    def __init__(self, commands):
+        self.commands = list(commands)
+
+    def poll(self) -> TeleopCommand:
+        return self.commands.pop(0) if len(self.commands) > 1 else self.commands[0]
+
+
+@pytest.mark.parametrize("on_disconnect", ["resume", "stop"])
+def test_a_device_that_disconnects_ends_the_takeover(on_disconnect):
+    push = TeleopCommand(engaged=True, twist=torch.tensor([1.0, 0, 0, 0, 0, 0]), gripper=1.0)
+    gone = TeleopCommand.idle(connected=False)
+    env = InterventionEnv(
+        _pick_env(1), TeleopOperator(ScriptedDevice([push, push, gone]), 4, on_disconnect=on_disconnect)
+    )
+    env.reset(seed=0)
+    policy = torch.full((1, 4), -0.5)
+    for _ in range(2):
+        result = env.step(policy)
+        assert result.intervened.item() and torch.equal(result.action, torch.tensor([[1.0, 0, 0, 1.0]]))
+    result = env.step(policy)  # the device is gone: the policy's action, and never an exception
+    assert not result.intervened.item() and torch.equal(result.action, policy)
+    assert bool(result.truncated.item()) == (on_disconnect == "stop")
+    for _ in range(3):
+        assert not env.step(policy).truncated.item()  # only that one episode was stopped
+
+
+def test_bc_term_pulls_the_actor_to_the_demonstrated_actions():
+    obs = {"x": torch.randn(64, 3)}
+    target = torch.tensor([0.6, -0.4]).expand(64, 2)
+    batch = Batch(
+        obs, target, torch.zeros(64, 1), torch.full((64, 1), 0.99), obs, demo=torch.ones(64, dtype=torch.bool)
+    )
+
+    def distance_after_training(bc_weight: float) -> float:
+        torch.manual_seed(0)
+        cfg = SACConfig(actor_hidden=[32], critic_hidden=[32], bc_weight=bc_weight, actor_lr=1e-3)
+        agent = SAC(cfg, SPEC, 2)
+        for _ in range(300):
+            metrics = agent.update(batch)
+        assert ("bc_loss" in metrics) == (bc_weight > 0)
+        return float((agent.act(obs, deterministic=True) - target).pow(2).mean())
+
+    cloned, free = distance_after_training(20.0), distance_after_training(0.0)
+    assert cloned < 0.02 and cloned < 0.1 * free
+
+
+def test_frame_replay_keeps_the_history_of_a_run_that_starts_mid_episode():
+    spec = {"pixels": TensorSpec((9, 4, 4), torch.uint8)}
+    frames = torch.arange(6, dtype=torch.uint8).view(6, 1, 1, 1).expand(6, 3, 4, 4)
+    stacks = stack_frames(frames, 3)  # [6, 9, 4, 4]
+    replay = FrameReplay(spec, 1, 100, num_envs=1, frame_stack=3)
+    for t in range(2, 5):  # a run copied from steps 2..4 of an episode
+        replay.add(
+            {"pixels": stacks[t : t + 1]},
+            torch.zeros(1, 1),
+            torch.zeros(1),
+            {"pixels": stacks[t + 1 : t + 2]},
+            torch.zeros(1, dtype=torch.bool),
+            torch.tensor([t == 4]),
+        )
+    obs, next_obs = replay._observations(torch.arange(3), torch.zeros(3, dtype=torch.long), torch.arange(3))
+    assert torch.equal(obs["pixels"], stacks[2:5]) and torch.equal(next_obs["pixels"], stacks[3:6])
+
+
+def test_recorded_demos_load_into_the_offline_buffer_stacked(tmp_path):
+    out = tmp_path / "pick"
+    run_module(
+        "robotrl.record",
+        "task=panda_pick_cube",
+        "teleop=scripted",
+        "episodes=2",
+        "task.episode_steps=40",
+        "task.obs=state+pixels",
+        "task.image_size=64",
+        f"out={out}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+    )
+    dataset = EpisodeDataset.open(out)
+    episodes = dataset.load_all()
+    assert len(episodes) == 2 and all(e.intervention.all() for e in episodes)
+    assert dataset.metadata["task"] == "panda_pick_cube"
+    spec = {k: s for k, s in dataset.obs_spec.items() if k != "pixels_front"}
+    spec["pixels_front"] = TensorSpec((9, 64, 64), torch.uint8)
+    offline = FrameReplay(spec, 4, 1000, num_envs=1, frame_stack=3)
+    add_episode(offline, episodes[0], ["pixels_front"], frame_stack=3)
+    assert len(offline) == 40
+    obs, _ = offline._observations(torch.tensor([5]), torch.zeros(1, dtype=torch.long), torch.tensor([5]))
+    assert torch.equal(obs["pixels_front"][0], stack_frames(episodes[0].obs["pixels_front"], 3)[5])
+    assert torch.equal(obs["cube_pos"][0], episodes[0].obs["cube_pos"][5])
+
+
+@pytest.mark.slow
+def test_training_with_demos_and_the_scripted_operator(tmp_path):
+    demos = tmp_path / "demos"
+    run_module("robotrl.record", "teleop=scripted", "episodes=2", f"out={demos}", f"hydra.run.dir={tmp_path / 'h'}")
+    run_dir = tmp_path / "run"
+    run_module(
+        "robotrl.train",
+        "task=panda_pick_cube",
+        f"hil.demos=[{demos}]",
+        "hil.operator=scripted",
+        "agent.bc_weight=1.0",
+        "total_steps=400",
+        "learning_starts=100",
+        "log_interval=200",
+        "eval_interval=1000",
+        "eval_episodes=1",
+        "checkpoint_interval=1000",
+        "agent.batch_size=32",
+        "agent.actor_hidden=[32,32]",
+        "agent.critic_hidden=[32,32]",
+        "progress=false",
+        "video=false",
+        f"hydra.run.dir={run_dir}",
+    )
+    metrics = (run_dir / "metrics.csv").read_text()
+    for key in ("hil/intervention_rate", "hil/offline_transitions", "bc_loss", "hil/would_intervene_rate"):
+        assert key in metrics
+    bad = run_module(
+        "robotrl.train",
+        "task=panda_reach",
+        f"hil.demos=[{demos}]",
+        "total_steps=10",
+        f"hydra.run.dir={tmp_path / 'x'}",
+        check=False,
+    )
+    assert bad.returncode != 0 and "actions have 4 entries, the task's 3" in bad.stderr + bad.stdout
+
+
+def test_record_from_a_keyboard_in_a_terminal(tmp_path):
+    """robotrl-record teleop=keyboard with a pseudo-terminal as its stdin, as over SSH."""
+    out = tmp_path / "kb"
+    master, slave = os.openpty()
+    env = dict(os.environ, MUJOCO_GL="egl")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "robotrl.record",
+            "task=panda_pick_cube",
+            "teleop=keyboard",
+            "episodes=50",
+            "task.episode_steps=10",
+            "rate_hz=100",
+            f"out={out}",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+        ],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "dataset.json").exists() or len(EpisodeDataset.open(out)) < 2:
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.monotonic() < deadline, "no episode recorded within 120 s"
+            os.write(master, b"w ")  # +x and the gripper toggle, as a person holding keys
+            time.sleep(0.05)
+        os.write(master, b"q")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["stopped"] == "the operator quit"
+    episodes = EpisodeDataset.open(out).load_all()
+    assert len(episodes) >= 2
+    actions = torch.cat([e.action for e in episodes])
+    assert (actions[:, 0] > 0.5).any()  # the "w" key pushed +x
+    assert all(e.intervention.all() for e in episodes)
+
+
+def _mixed(obs_spec, action_dim, n_step, pixels=False):
+    def buffer(envs):
+        if pixels:
+            return FrameReplay(obs_spec, action_dim, 200, envs, frame_stack=3, n_step=n_step)
+        return ReplayBuffer(obs_spec, action_dim, 200, envs, n_step=n_step)
+
+    mixer = MixedReplay(buffer(2), buffer(1))
+    for replay in (mixer.online, mixer.offline):
+        envs = replay.num_envs
+        for t in range(30):
+            obs = {k: torch.randint(0, 255, (envs, *s.shape), dtype=s.dtype) for k, s in obs_spec.items()}
+            action = torch.rand(envs, action_dim) * 2 - 1
+            done = torch.full((envs,), t % 10 == 9)
+            replay.add(obs, action, torch.rand(envs), obs, torch.zeros(envs, dtype=torch.bool), done)
+    return mixer
+
+
+def test_chunk_critic_and_drqv2_learn_from_mixed_batches_with_behaviour_cloning():
+    from robotrl.agents.chunk import ChunkConfig, ChunkCritic
+    from robotrl.agents.drqv2 import DrQv2, DrQv2Config
+
+    chunk = ChunkCritic(ChunkConfig(chunk_len=3, actor_hidden=[16], critic_hidden=[16], bc_weight=1.0), SPEC, 2)
+    batch = _mixed(SPEC, 2, n_step=3).sample(16)
+    assert int(batch.demo.sum()) == 8 and batch.actions.shape == (16, 3, 2)
+    assert torch.isfinite(chunk.update(batch)["bc_loss"])
+
+    pixels = {"pixels": TensorSpec((9, 64, 64), torch.uint8)}
+    drq = DrQv2(DrQv2Config(conv_layers=2, conv_stride=2, hidden=[16], batch_size=8, bc_weight=1.0), pixels, 2)
+    batch = _mixed(pixels, 2, n_step=3, pixels=True).sample(8)
+    assert int(batch.demo.sum()) == 4 and batch.obs["pixels"].shape == (8, 9, 64, 64)
+    assert torch.isfinite(drq.update(batch)["bc_loss"])
