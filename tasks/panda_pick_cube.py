@@ -83,9 +83,16 @@ class PandaPickCube(ArmTask):
         return reward, success, torch.zeros_like(success)
 
     def expert_action(self) -> torch.Tensor:
-        """Scripted expert: above the cube -> down -> close -> lift. Keeps a phase per env."""
+        """Scripted expert: above the cube -> down -> close -> lift. Keeps a phase per env, and starts over
+        when the cube is no longer where its phase assumes (someone else moved the arm or the cube: it also
+        serves as the operator who corrects a policy mid-episode)."""
         cube_pos, _ = self.backend.body_pose("cube")
         ee = self.ee_pos()
+        offset = cube_pos - ee
+        lost = (self._phase == 1) & (offset[:, :2].norm(dim=-1) > 0.02)  # descending, but not above the cube
+        lost |= (self._phase >= 2) & (offset.norm(dim=-1) > 0.03)  # closing or lifting without the cube in hand
+        self._phase = torch.where(lost, torch.zeros_like(self._phase), self._phase)
+        self._phase_steps = torch.where(lost, torch.zeros_like(self._phase_steps), self._phase_steps)
         target = cube_pos.clone()
         grip = torch.full((self.num_envs,), -1.0)
         phase = self._phase

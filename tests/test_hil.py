@@ -127,6 +127,7 @@ def test_scripted_operator_takes_over_on_drift_and_its_budget_decays():
     # drifts for 3 steps, then takes over for 5, then drifts again and spends the rest of the budget (3)
     assert engaged == [False, False, True, True, True, True, True, False, False, True, True, True]
     assert not operator.decide(obs, far)[0]  # budget spent
+    assert int(operator.takeover_left) == 0  # the cut-short takeover is over: drift is watched (and counted) again
     done = StepResult(
         {},
         {},
@@ -275,6 +276,27 @@ def test_training_with_demos_and_the_scripted_operator(tmp_path):
     metrics = (run_dir / "metrics.csv").read_text()
     for key in ("hil/intervention_rate", "hil/offline_transitions", "bc_loss", "hil/would_intervene_rate"):
         assert key in metrics
+    bc_dir = tmp_path / "bc"
+    run_module(
+        "robotrl.train",
+        "task=panda_pick_cube",
+        "agent=bc",
+        f"hil.demos=[{demos}]",
+        "hil.offline_ratio=1.0",
+        "learning_starts=0",
+        "total_steps=200",
+        "eval_interval=1000",
+        "eval_episodes=1",
+        "log_interval=100",
+        "agent.hidden=[32]",
+        "progress=false",
+        "video=false",
+        f"hydra.run.dir={bc_dir}",
+    )
+    bc_losses = [
+        float(line.split(",")[2]) for line in (bc_dir / "metrics.csv").read_text().splitlines() if ",bc_loss," in line
+    ]
+    assert len(bc_losses) == 2 and bc_losses[1] < bc_losses[0]
     bad = run_module(
         "robotrl.train",
         "task=panda_reach",

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from robotrl.agents.base import Agent
+from robotrl.agents.bc import BC, BCConfig
 from robotrl.agents.chunk import ChunkConfig, ChunkCritic
 from robotrl.agents.drqv2 import DrQv2, DrQv2Config
 from robotrl.agents.sac import SAC, SACConfig
@@ -16,6 +17,7 @@ AGENTS: dict[str, tuple[type, type[Agent]]] = {
     "sac": (SACConfig, SAC),
     "drqv2": (DrQv2Config, DrQv2),
     "chunk": (ChunkConfig, ChunkCritic),
+    "bc": (BCConfig, BC),
 }
 AGENT_CONFIGS = {name: cfg for name, (cfg, _) in AGENTS.items()}
 
@@ -32,8 +34,10 @@ def make_agent(cfg: Any, obs_spec: ObsSpec, action_dim: int, device: str | torch
 __all__ = [
     "AGENTS",
     "AGENT_CONFIGS",
+    "BC",
     "SAC",
     "Agent",
+    "BCConfig",
     "ChunkConfig",
     "ChunkCritic",
     "DrQv2",

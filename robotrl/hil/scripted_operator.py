@@ -109,8 +109,9 @@ class ScriptedOperator(Operator):
         start = trigger & ~in_control & (self.budget_left > 0)
         self.takeover_left[start] = cfg.takeover_steps
         engaged = (self.takeover_left > 0) & (self.budget_left > 0)
-        self.takeover_left = (self.takeover_left - engaged.long()).clamp(min=0)
         self.budget_left = self.budget_left - engaged.long()
+        # a takeover ends when its steps or the episode's budget run out
+        self.takeover_left = torch.where(self.budget_left > 0, self.takeover_left - engaged.long(), 0)
         self.drift_count[start] = 0
         self.stall_count[start] = 0
 

@@ -36,7 +36,7 @@ def evaluate(
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if env.num_envs != 1:
         raise ValueError(f"evaluation runs on a single env, got num_envs={env.num_envs}")
-    returns, lengths, successes = [], [], []
+    returns, lengths, successes, steps_to_success = [], [], [], []
     frames: list[np.ndarray] = []
     recording = video_path is not None
     smoothness = ActionSmoothness()
@@ -61,7 +61,9 @@ def evaluate(
                 agent.advance_exploration(episode_start)
             ep_return += float(result.reward[0])
             ep_len += 1
-            ep_success = ep_success or bool(result.success[0])
+            if not ep_success and bool(result.success[0]):
+                ep_success = True
+                steps_to_success.append(ep_len)  # the cycle time: steps until the task first succeeds
             obs = result.obs
             if bool(result.terminated[0] | result.truncated[0]):
                 break
@@ -75,6 +77,8 @@ def evaluate(
     out = {"return": float(np.mean(returns)), "return_std": float(np.std(returns)), "length": float(np.mean(lengths))}
     if env.has_success:
         out["success"] = float(np.mean(successes))
+        if steps_to_success:
+            out["steps_to_success"] = float(np.mean(steps_to_success))
     out.update(smoothness.flush())
     return out
 

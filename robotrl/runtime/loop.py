@@ -168,6 +168,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             eval_env = make_training_env(cfg, num_envs=1, render=cfg.video)
         video_path = run_dir / "videos" / f"eval_step_{step:09d}.mp4" if video and cfg.video else None
         result = evaluate(agent, eval_env, cfg.eval_episodes, seed=cfg.seed + 10_000 + step, video_path=video_path)
+        result["wall_s"] = time.perf_counter() - start_time  # since this process started training
         counters["evals"] += 1
         writer.write(step, {f"eval/{k}": v for k, v in result.items()})
         progress.show_eval(result)
@@ -181,6 +182,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         )
 
     step = counters["env_step"]
+    start_time = time.perf_counter()
     obs = env.reset(seed=cfg.seed + step)
     agent.reset_exploration(cfg.num_envs)  # every env starts an episode here (also after a resume)
     episode_start = torch.ones(cfg.num_envs, dtype=torch.bool)

@@ -1,0 +1,213 @@
+"""HIL-SERL's claim on panda_pick_cube (sparse reward): RL with 10 demonstrations and an operator who
+takes over, against the same learner with neither and against behaviour cloning on the same demos.
+
+    python bench/hil_pick.py [--quick] [--steps N] [--save]
+
+1. Records `--demos` scripted demonstrations (robotrl-record teleop=scripted).
+2. Trains SAC (RLPD-style: layer-normed critics, 50/50 online/offline batches, a BC term) with the demos
+   and the scripted operator (robotrl/hil/scripted_operator.py), and the same SAC with neither, side by side
+   (one core each), evaluating every `--eval-interval` env steps.
+3. Trains behaviour cloning (robotrl/agents/bc.py) on the demos.
+4. Evaluates the three final policies on the same `--eval-episodes` seeded episodes.
+
+Keys: `success`, `no_hil_success`, `bc_success` (final success rates), `steps_to_success` and
+`bc_steps_to_success` (mean steps until the cube is first lifted, over successful episodes: the cycle
+time), `cycle_ratio_vs_bc` (BC's over ours), `steps_to_90` and `wall_s_to_90` (env steps and wall-clock of
+the HIL run's first evaluation at 90% success or more; null if never), `intervention_rate` (per
+log interval, over training), `interventions_fall`. Goals: success >= 0.95; success >= 2x BC's, or equal
+success with cycle_ratio_vs_bc >= 1.5; interventions fall over training.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from common import emit, parse_args
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = ["task=panda_pick_cube", "task.reward=sparse"]
+LEARNER = [
+    "agent=sac",
+    "agent.critic_layer_norm=true",
+    "agent.utd_ratio=2",
+    "agent.batch_size=256",
+]
+
+
+def extra_args(parser) -> None:
+    parser.add_argument("--steps", type=int, default=None, help="env steps of each RL run")
+    parser.add_argument("--demos", type=int, default=10)
+    parser.add_argument("--eval-interval", type=int, default=None)
+    parser.add_argument("--eval-episodes", type=int, default=None)
+    parser.add_argument("--bc-updates", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1)
+
+
+def record_demos(out: Path, episodes: int, seed: int) -> None:
+    from robotrl.tasks import TASK_CONFIGS
+
+    from robotrl.record import RecordConfig, record
+
+    task = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", reward="sparse")
+    summary = record(RecordConfig(task=task, teleop="scripted", episodes=episodes, seed=seed, keep="success"), out)
+    if summary["episodes"] != episodes:
+        raise RuntimeError(f"recorded {summary['episodes']} of {episodes} demonstrations: {summary}")
+
+
+def start_run(run_dir: Path, overrides: list[str], log: Path) -> subprocess.Popen:
+    env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+    cmd = [sys.executable, "-m", "robotrl.train", *TASK, *LEARNER, *overrides, f"hydra.run.dir={run_dir}"]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    with (run_dir / "metrics.csv").open() as f:
+        for row in csv.DictReader(f):
+            series[row["key"]].append((int(row["step"]), float(row["value"])))
+    return series
+
+
+def first_reaching(series, threshold: float) -> tuple[int | None, float | None]:
+    """(env step, wall-clock s) of the first evaluation with success >= threshold."""
+    walls = dict(series.get("eval/wall_s", []))
+    for step, value in series.get("eval/success", []):
+        if value >= threshold:
+            return step, walls.get(step)
+    return None, None
+
+
+def final_eval(agent, env_cfg, episodes: int, seed: int) -> dict[str, float]:
+    from robotrl.tasks import make_env
+
+    from robotrl.runtime.evaluate import evaluate
+
+    env = make_env(env_cfg, num_envs=1)
+    try:
+        return evaluate(agent, env, episodes, seed=seed)
+    finally:
+        env.close()
+
+
+def load_policy(run_dir: Path):
+    from omegaconf import OmegaConf
+    from robotrl.tasks import make_env
+
+    from robotrl.agents import make_agent
+    from robotrl.config import to_train_config
+    from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
+
+    cfg = to_train_config(OmegaConf.load(run_dir / "config.yaml"))
+    probe = make_env(cfg.task, num_envs=1)
+    agent = make_agent(cfg.agent, probe.obs_spec, probe.action_dim, "cpu")
+    probe.close()
+    load_checkpoint(latest_checkpoint(run_dir / "checkpoints"), agent, replay=None, restore_rng=False)
+    return agent.eval(), cfg.task
+
+
+def behaviour_cloning(demos: Path, updates: int, seed: int):
+    import torch
+    from robotrl.tasks import TASK_CONFIGS, make_env
+
+    from robotrl.agents.bc import BC, BCConfig
+    from robotrl.data.replay import ReplayBuffer
+    from robotrl.hil.setup import load_demos
+
+    torch.manual_seed(seed)
+    task = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", reward="sparse")
+    probe = make_env(task, num_envs=1)
+    spec, action_dim = probe.obs_spec, probe.action_dim
+    probe.close()
+    buffer = ReplayBuffer(spec, action_dim, 100_000)
+    load_demos([str(demos)], buffer, spec, action_dim)
+    agent = BC(BCConfig(), spec, action_dim)
+    start = time.perf_counter()
+    for _ in range(updates):
+        loss = agent.update(buffer.sample(256))["bc_loss"]
+    return agent.eval(), task, float(loss), time.perf_counter() - start
+
+
+def main() -> None:
+    args = parse_args("HIL (demos + operator) vs RL alone vs BC on panda_pick_cube", extra_args)
+    steps = args.steps or (3_000 if args.quick else 30_000)
+    eval_interval = args.eval_interval or (1_500 if args.quick else 2_000)
+    eval_episodes = args.eval_episodes or (5 if args.quick else 50)
+    bc_updates = args.bc_updates or (500 if args.quick else 5_000)
+    common = [
+        f"seed={args.seed}",
+        f"total_steps={steps}",
+        "learning_starts=1000",
+        f"eval_interval={eval_interval}",
+        "eval_episodes=10" if not args.quick else "eval_episodes=3",
+        "log_interval=1000",
+        f"checkpoint_interval={steps}",
+        "progress=false",
+        "video=false",
+        "threads=1",
+    ]
+    with tempfile.TemporaryDirectory(prefix="hil_pick_") as tmp:
+        root = Path(tmp)
+        demos = root / "demos"
+        record_demos(demos, args.demos, args.seed)
+        hil_dir, plain_dir = root / "hil", root / "no_hil"
+        runs = [
+            start_run(
+                hil_dir,
+                [*common, f"hil.demos=[{demos}]", "hil.operator=scripted", "agent.bc_weight=1.0"],
+                root / "hil.log",
+            ),
+            start_run(plain_dir, common, root / "no_hil.log"),
+        ]
+        bc_agent, task, bc_loss, bc_train_s = behaviour_cloning(demos, bc_updates, args.seed)
+        for proc, name in zip(runs, ("hil", "no_hil"), strict=True):
+            if proc.wait() != 0:
+                raise RuntimeError(f"the {name} run failed:\n{(root / f'{name}.log').read_text()[-3000:]}")
+        hil_metrics, plain_metrics = read_metrics(hil_dir), read_metrics(plain_dir)
+
+        seed = 777_000 + args.seed  # the same episodes for the three policies
+        ours = final_eval(*load_policy(hil_dir), eval_episodes, seed)
+        plain = final_eval(*load_policy(plain_dir), eval_episodes, seed)
+        bc = final_eval(bc_agent, task, eval_episodes, seed)
+
+    steps_to_90, wall_to_90 = first_reaching(hil_metrics, 0.9)
+    plain_steps_to_90, _ = first_reaching(plain_metrics, 0.9)
+    rates = [round(v, 3) for _, v in hil_metrics.get("hil/intervention_rate", [])]
+    would = [round(v, 3) for _, v in hil_metrics.get("hil/would_intervene_rate", [])]
+    third = max(len(rates) // 3, 1)
+    ours_cycle, bc_cycle = ours.get("steps_to_success"), bc.get("steps_to_success")
+    figures = {
+        "success": ours["success"],
+        "no_hil_success": plain["success"],
+        "bc_success": bc["success"],
+        "steps_to_success": ours_cycle,
+        "bc_steps_to_success": bc_cycle,
+        "cycle_ratio_vs_bc": round(bc_cycle / ours_cycle, 3) if ours_cycle and bc_cycle else None,
+        "success_ratio_vs_bc": round(ours["success"] / bc["success"], 3) if bc["success"] else None,
+        "steps_to_90": steps_to_90,
+        "wall_s_to_90": round(wall_to_90, 1) if wall_to_90 is not None else None,
+        "no_hil_steps_to_90": plain_steps_to_90,
+        "intervention_rate": rates,
+        "would_intervene_rate": would,
+        "interventions_fall": bool(rates) and sum(rates[-third:]) / third < sum(rates[:third]) / third,
+        "eval_curve": [(s, round(v, 2)) for s, v in hil_metrics.get("eval/success", [])],
+        "no_hil_eval_curve": [(s, round(v, 2)) for s, v in plain_metrics.get("eval/success", [])],
+        "env_steps": steps,
+        "demos": args.demos,
+        "eval_episodes": eval_episodes,
+        "bc_updates": bc_updates,
+        "bc_final_loss": round(bc_loss, 5),
+        "bc_train_s": round(bc_train_s, 1),
+        "quick": args.quick,
+    }
+    emit("hil_pick", figures, args.save)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Behaviour cloning: a deterministic policy regressed onto recorded actions (the baseline HIL-SERL and
+LeRobot compare against, and a warm start for the RL learners).
+
+It learns from the offline rows of a batch (`Batch.demo`; every row when the batch has no mask), so
+`robotrl-train agent=bc hil.demos=[...] hil.offline_ratio=1.0` trains it on demonstrations alone, while
+the env steps only serve its evaluations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from robotrl.agents.base import Agent, behaviour_cloning_loss, make_adam
+from robotrl.data.replay import Batch
+from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
+from robotrl.nn import StateEncoder, mlp
+from robotrl.nn.augment import shift_images
+from robotrl.nn.encoders import ImageStateEncoder
+
+
+@dataclass
+class BCConfig:
+    name: str = "bc"
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    lr: float = 1e-3
+    batch_size: int = 256
+    utd_ratio: int = 1  # gradient updates per env step (the loop's schedule)
+    gamma: float = 0.99  # unused by the loss; the replay's n-step sums read it
+    exploration_std: float = 0.0  # Gaussian noise on acting (non-deterministic) actions
+    # pixels: DrQ-v2's encoder, random shifts of shift_pad pixels
+    frame_stack: int = 3
+    conv_channels: int = 32
+    conv_layers: int = 4
+    conv_stride: int = 1
+    feature_dim: int = 50
+    shift_pad: int = 4
+
+    def validate(self) -> None:
+        for name in ("batch_size", "utd_ratio", "frame_stack", "conv_channels", "conv_layers", "conv_stride"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"agent.lr must be > 0, got {self.lr}")
+        if not self.exploration_std >= 0:
+            raise ValueError(f"agent.exploration_std must be >= 0, got {self.exploration_std}")
+        if self.shift_pad < 0:
+            raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
+
+
+class BC(Agent):
+    def __init__(self, cfg: BCConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
+        super().__init__()
+        cfg.validate()
+        self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
+        self.pixel_keys = pixel_keys(obs_spec)
+        if self.pixel_keys:
+            self.encoder = ImageStateEncoder(
+                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride
+            )
+        else:
+            self.encoder = StateEncoder(obs_spec)
+        self.policy = mlp(self.encoder.out_dim, cfg.hidden, action_dim)
+        self.to(device)
+        self.optimizer = make_adam(self.parameters(), cfg.lr)
+        self.num_updates = 0
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"bc": self.optimizer}
+
+    def _action(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return torch.tanh(self.policy(self.encoder(obs)))
+
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        check_obs(self.obs_spec, obs)
+        action = self._action(obs)
+        if deterministic or self.cfg.exploration_std == 0:
+            return action
+        return (action + self.cfg.exploration_std * torch.randn_like(action)).clamp_(-1.0, 1.0)
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        if self.pixel_keys:
+            batch = dataclasses.replace(batch, obs=shift_images(batch.obs, self.pixel_keys, self.cfg.shift_pad))
+        demo = batch.demo
+        if demo is None:
+            demo = torch.ones(batch.action.shape[0], dtype=torch.bool, device=batch.action.device)
+        loss = behaviour_cloning_loss(self._action(batch.obs), batch.action, demo)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.num_updates += 1
+        return {"bc_loss": loss.detach()}
