@@ -1,0 +1,264 @@
+"""The learner's storage: one replay buffer per actor stream behind one add/sample/state_dict object.
+
+Replay is laid out [time, env] per stream (replay.py), so each actor (stream id) writes its own buffer,
+in the order its envs produced the steps. `sample` draws from the streams in proportion to the
+transitions each holds and returns one concatenated batch. A transition batch is a dict of
+`obs.<key>` / `next_obs.<key>` [N, E, ...], `action` [N, E, A], `reward`, `terminated`, `truncated` and
+`intervened` [N, E] (N steps of E envs). The intervention flags are kept per stored row and handed to the
+stream's buffer when its `add` takes them (the online/offline mixer does), so a buffer that mixes in
+corrected steps can be slotted in through `make_buffer` without touching the transport.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.replay import Batch, ReplayBuffer
+from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
+
+Tensors = dict[str, torch.Tensor]
+STREAM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+FLAGS = ("terminated", "truncated", "intervened")
+
+
+def replay_factory(
+    obs_spec: ObsSpec,
+    action_dim: int,
+    capacity: int,
+    frame_stack: int,
+    n_step: int,
+    gamma: float,
+    device: torch.device,
+) -> Callable[[int], ReplayBuffer]:
+    """A builder of one stream's buffer for its number of envs, as the training loop builds its replay:
+    FrameReplay (each frame stored once) for pixel observations, else ReplayBuffer."""
+
+    def make(num_envs: int) -> ReplayBuffer:
+        common = {"n_step": n_step, "gamma": gamma, "device": device}
+        if pixel_keys(obs_spec):
+            return FrameReplay(obs_spec, action_dim, capacity, num_envs, frame_stack, **common)
+        return ReplayBuffer(obs_spec, action_dim, capacity, num_envs, **common)
+
+    return make
+
+
+def end_open_episodes(buffer: ReplayBuffer) -> None:
+    """Cut every env's episode after the newest stored step: what comes next in this buffer does not follow it
+    (an actor that restarted, or batches it dropped). Like a time limit: the step still bootstraps, but no
+    n-step sum or action sequence runs past it. Buffers other than ReplayBuffer provide their own."""
+    if hasattr(buffer, "end_open_episodes"):
+        buffer.end_open_episodes()
+        return
+    if buffer.rows_filled:
+        newest = (buffer.pos - 1) % buffer.horizon
+        buffer.truncated[newest] |= ~buffer.terminated[newest]
+    if isinstance(buffer, FrameReplay):
+        buffer.episode_open.zero_()  # the next step's observation starts a stored episode (its whole stack)
+
+
+@dataclass
+class Stream:
+    buffer: ReplayBuffer
+    num_envs: int
+    intervened: torch.Tensor  # [horizon, E] bool, row-aligned with the buffer's ring
+    rows: int = 0  # steps added (each E transitions), ever
+    interventions: int = 0  # intervened transitions added, ever
+    takes_intervened: bool = False  # whether buffer.add accepts `intervened`
+
+    @property
+    def transitions(self) -> int:
+        return self.rows * self.num_envs
+
+
+class ReplayGroup:
+    """Per-stream replay buffers with proportional sampling; one object for the learner to add to and sample."""
+
+    def __init__(
+        self,
+        obs_spec: ObsSpec,
+        action_dim: int,
+        capacity: int,
+        make_buffer: Callable[[int], ReplayBuffer],
+        device: str | torch.device = "cpu",
+    ):
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be >= 1, got {capacity}")
+        self.obs_spec = dict(obs_spec)
+        self.action_dim = action_dim
+        self.capacity = capacity  # per stream
+        self.make_buffer = make_buffer
+        self.streams: dict[str, Stream] = {}
+        self.device = torch.device(device)
+
+    # ---- writing --------------------------------------------------------------------------------------
+
+    def open_stream(self, stream_id: str, num_envs: int) -> Stream:
+        """The stream's state, created empty the first time; its number of envs is fixed from then on."""
+        if not isinstance(stream_id, str) or not STREAM_ID.fullmatch(stream_id):
+            raise ValueError(f"stream id must be 1-64 letters, digits, '_' or '-', got {stream_id!r}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            buffer = self.make_buffer(num_envs)
+            horizon = math.ceil(self.capacity / num_envs)
+            stream = Stream(
+                buffer,
+                num_envs,
+                torch.zeros(horizon, num_envs, dtype=torch.bool, device=self.device),
+                takes_intervened="intervened" in inspect.signature(buffer.add).parameters,
+            )
+            self.streams[stream_id] = stream
+        elif stream.num_envs != num_envs:
+            raise ValueError(
+                f"stream {stream_id!r} holds {stream.num_envs} envs per step, got {num_envs}: use a new stream id"
+            )
+        return stream
+
+    def add(self, stream_id: str, batch: Mapping[str, torch.Tensor]) -> None:
+        """Append N consecutive steps of the stream's E envs (entries [N, E, ...], see the module doc)."""
+        steps, num_envs = self._check(batch)
+        stream = self.open_stream(stream_id, num_envs)
+        obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
+        next_obs = {k.removeprefix("next_obs."): v for k, v in batch.items() if k.startswith("next_obs.")}
+        intervened = batch["intervened"].to(self.device)
+        horizon = stream.intervened.shape[0]
+        for t in range(steps):
+            row = {k: v[t] for k, v in obs.items()}, {k: v[t] for k, v in next_obs.items()}
+            args = (
+                row[0],
+                batch["action"][t],
+                batch["reward"][t],
+                row[1],
+                batch["terminated"][t],
+                batch["truncated"][t],
+            )
+            if stream.takes_intervened:
+                stream.buffer.add(*args, intervened=intervened[t])
+            else:
+                stream.buffer.add(*args)
+            stream.intervened[(stream.rows + t) % horizon] = intervened[t]
+        stream.rows += steps
+        stream.interventions += int(intervened.sum())
+
+    def cut(self, stream_id: str) -> None:
+        """The stream's next added step does not continue its newest one (see `end_open_episodes`)."""
+        if stream_id in self.streams:
+            end_open_episodes(self.streams[stream_id].buffer)
+
+    def _check(self, batch: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+        expected = {f"{p}.{k}" for k in self.obs_spec for p in ("obs", "next_obs")} | {"action", "reward", *FLAGS}
+        missing, unexpected = sorted(expected - set(batch)), sorted(set(batch) - expected)
+        if missing or unexpected:
+            raise ValueError(f"transition batch keys: missing {missing}, unexpected {unexpected}")
+        reward = batch["reward"]
+        if reward.dim() != 2 or reward.shape[0] < 1:
+            raise ValueError(f"'reward' must have shape [steps >= 1, envs], got {list(reward.shape)}")
+        lead = tuple(reward.shape)
+        for name in ("action", *FLAGS):
+            if tuple(batch[name].shape[:2]) != lead:
+                raise ValueError(f"{name!r} must lead with [steps, envs] = {list(lead)}, got {list(batch[name].shape)}")
+        for name in FLAGS:
+            if batch[name].dtype != torch.bool:
+                raise ValueError(f"{name!r} must be bool, got {batch[name].dtype}")
+        if tuple(batch["action"].shape) != (*lead, self.action_dim):
+            raise ValueError(f"'action' must have shape {[*lead, self.action_dim]}, got {list(batch['action'].shape)}")
+        for part in ("obs", "next_obs"):
+            check_obs(self.obs_spec, {k: batch[f"{part}.{k}"] for k in self.obs_spec}, batch_dims=2)
+        return lead
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return sum(len(s.buffer) for s in self.streams.values())
+
+    def sample(self, batch_size: int) -> Batch:
+        """`batch_size` transitions, drawn from each stream in proportion to the transitions it holds."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        streams = [s for s in self.streams.values() if len(s.buffer)]
+        if not streams:
+            raise RuntimeError("cannot sample: no stream holds any transition yet")
+        if len(streams) == 1:
+            return streams[0].buffer.sample(batch_size)
+        sizes = torch.tensor([float(len(s.buffer)) for s in streams])
+        counts = torch.bincount(torch.multinomial(sizes, batch_size, replacement=True), minlength=len(streams))
+        return concat_batches([s.buffer.sample(int(n)) for s, n in zip(streams, counts.tolist(), strict=True) if n])
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {
+            sid: {"transitions": s.transitions, "stored": len(s.buffer), "interventions": s.interventions}
+            for sid, s in self.streams.items()
+        }
+
+    # ---- checkpoints ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> Tensors:
+        """Every stream's buffer state under `streams.<id>.`, with its env count, counters and flags."""
+        state: Tensors = {}
+        for sid, s in self.streams.items():
+            prefix = f"streams.{sid}."
+            state.update({prefix + k: v for k, v in s.buffer.state_dict().items()})
+            filled = min(s.rows, s.intervened.shape[0])
+            state[prefix + "group.intervened"] = s.intervened[:filled]
+            state[prefix + "group.num_envs"] = torch.tensor(s.num_envs)
+            state[prefix + "group.rows"] = torch.tensor(s.rows)
+            state[prefix + "group.interventions"] = torch.tensor(s.interventions)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        per_stream: dict[str, Tensors] = {}
+        for name, value in state.items():
+            if not name.startswith("streams."):
+                raise KeyError(f"replay group state has an entry outside 'streams.<id>.': {name!r}")
+            sid, _, rest = name.removeprefix("streams.").partition(".")
+            per_stream.setdefault(sid, {})[rest] = value
+        self.streams.clear()
+        for sid, entries in per_stream.items():
+            if "group.num_envs" not in entries:
+                raise KeyError(f"replay group state of stream {sid!r} lacks its 'group.num_envs'")
+            stream = self.open_stream(sid, int(entries["group.num_envs"]))
+            stream.buffer.load_state_dict({k: v for k, v in entries.items() if not k.startswith("group.")})
+            flags = entries["group.intervened"]
+            stream.intervened[: flags.shape[0]].copy_(flags)
+            stream.rows = int(entries["group.rows"])
+            stream.interventions = int(entries["group.interventions"])
+
+
+def concat_batches(batches: list[Batch]) -> Batch:
+    """The rows of every batch in order, as one batch of their (common) class."""
+    first = batches[0]
+    if len(batches) == 1:
+        return first
+    kinds = {type(b) for b in batches}
+    if len(kinds) > 1:
+        raise TypeError(f"cannot concatenate batches of different kinds: {sorted(k.__name__ for k in kinds)}")
+    fields = {}
+    for f in dataclasses.fields(first):
+        values = [getattr(b, f.name) for b in batches]
+        if f.name == "demo":
+            fields[f.name] = _concat_demo(values, batches)
+        elif isinstance(values[0], Mapping):
+            fields[f.name] = {k: torch.cat([v[k] for v in values]) for k in values[0]}
+        else:
+            fields[f.name] = torch.cat(values)
+    return type(first)(**fields)
+
+
+def _concat_demo(values: list[torch.Tensor | None], batches: list[Batch]) -> torch.Tensor | None:
+    if all(v is None for v in values):
+        return None
+    return torch.cat(
+        [
+            torch.zeros(len(b.action), dtype=torch.bool, device=b.action.device) if v is None else v
+            for v, b in zip(values, batches, strict=True)
+        ]
+    )

@@ -1,0 +1,367 @@
+"""The actor-learner transport in-process: payloads, per-stream storage, the write-ahead log, the outbox,
+the token, TLS and deadlines (real gRPC on free ports)."""
+
+import importlib.util
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+import torch
+from safetensors.torch import save
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.transport.client import LearnerClient, request
+from robotrl.runtime.transport.config import ConnectConfig, ServeConfig
+from robotrl.runtime.transport.ledger import Arrival, Ledger
+from robotrl.runtime.transport.protocol import RpcFailure
+from robotrl.runtime.transport.sender import Outbox
+from robotrl.runtime.transport.server import serve
+from robotrl.runtime.transport.storage import ReplayGroup, replay_factory
+from robotrl.runtime.transport.wal import WriteAheadLog
+from robotrl.runtime.transport.wire import (
+    WireError,
+    check_transitions,
+    check_weights,
+    decode,
+    encode,
+    spec_from_json,
+    spec_to_json,
+)
+
+SPEC = {"state": TensorSpec((3,)), "pixels": TensorSpec((1, 4, 4), torch.uint8)}
+STATE_SPEC = {"state": TensorSpec((3,))}
+MB = 1 << 20
+
+
+def transitions(steps=4, envs=2, spec=SPEC, action_dim=2, intervened_every=0):
+    batch = {}
+    for key, s in spec.items():
+        for part in ("obs", "next_obs"):
+            if s.dtype == torch.uint8:
+                batch[f"{part}.{key}"] = torch.randint(0, 256, (steps, envs, *s.shape), dtype=torch.uint8)
+            else:
+                batch[f"{part}.{key}"] = torch.randn(steps, envs, *s.shape)
+    batch["action"] = torch.rand(steps, envs, action_dim) * 2 - 1
+    batch["reward"] = torch.randn(steps, envs)
+    batch["terminated"] = torch.zeros(steps, envs, dtype=torch.bool)
+    batch["truncated"] = torch.zeros(steps, envs, dtype=torch.bool)
+    batch["intervened"] = torch.zeros(steps, envs, dtype=torch.bool)
+    if intervened_every:
+        batch["intervened"][::intervened_every, 0] = True
+    return batch
+
+
+# ---- wire ------------------------------------------------------------------------------------------------
+
+
+def test_wire_round_trip_keeps_tensors_and_header():
+    batch = transitions(intervened_every=2)
+    header, tensors = decode(encode(batch, {"actor_id": "a", "seq": 3}), MB)
+    assert header == {"actor_id": "a", "seq": 3}
+    assert set(tensors) == set(batch)
+    for key, value in batch.items():
+        assert tensors[key].dtype == value.dtype and torch.equal(tensors[key], value)
+    assert check_transitions(tensors, SPEC, 2, num_envs=2, max_steps=10) == 4
+    assert spec_from_json(spec_to_json(SPEC)) == SPEC
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "too short"),
+        (b"\xff" * 64, "header"),
+        (b"\x10\x00\x00\x00\x00\x00\x00\x00garbage!garbage!", "not JSON"),
+        (save({"x": torch.ones(2, dtype=torch.float64)}, metadata={"header": "{}"}), "dtype 'F64'"),
+        (save({"x": torch.tensor([1.0, float("nan")])}, metadata={"header": "{}"}), "'x' holds non-finite"),
+        (save({"x": torch.tensor([float("inf")])}, metadata={"header": "{}"}), "non-finite"),
+        (save({"x": torch.ones(2)}), "lacks its JSON 'header'"),
+        (save({"x": torch.ones(2)}, metadata={"header": "[1]"}), "must be a JSON object"),
+        (save({"x": torch.ones(300_000)}, metadata={"header": "{}"}), "exceeds the limit"),
+    ],
+    ids=["empty", "garbage", "not-json", "float64", "nan", "inf", "no-header", "header-not-object", "oversized"],
+)
+def test_decode_rejects_malformed_payloads_by_name(payload, message):
+    with pytest.raises(WireError, match=message):
+        decode(payload, MB)
+
+
+def test_decode_rejects_a_truncated_payload():
+    data = encode(transitions(), {})
+    with pytest.raises(WireError, match="malformed safetensors"):
+        decode(data[:-10], MB)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda b: b.pop("next_obs.state"), r"lacks \['next_obs.state'\]"),
+        (lambda b: b.update(extra=torch.ones(4, 2)), r"unexpected entries \['extra'\]"),
+        (lambda b: b.update(reward=b["reward"].double()), "'reward' must have dtype torch.float32"),
+        (lambda b: b.update(intervened=b["intervened"].float()), "'intervened' must have dtype torch.bool"),
+        (lambda b: b.update({"obs.state": torch.randn(4, 2, 5)}), r"'obs.state' must have shape \[4, 2, 3\]"),
+        (lambda b: b.update({"obs.pixels": torch.zeros(4, 2, 1, 4, 4)}), "'obs.pixels' must have dtype torch.uint8"),
+        (lambda b: b.update(action=torch.full((4, 2, 2), 1.5)), r"outside \[-1, 1\]"),
+        (lambda b: b.update(reward=torch.zeros(4, 3)), r"'reward' must have shape \[steps, 2\]"),
+    ],
+    ids=["missing", "unexpected", "reward-dtype", "flag-dtype", "obs-shape", "pixel-dtype", "action-range", "envs"],
+)
+def test_transitions_must_fit_the_learner_spec(change, message):
+    batch = transitions()
+    change(batch)
+    with pytest.raises(WireError, match=message):
+        check_transitions(batch, SPEC, 2, num_envs=2, max_steps=10)
+    with pytest.raises(WireError, match="between 1 and 3"):
+        check_transitions(transitions(), SPEC, 2, num_envs=2, max_steps=3)
+
+
+def test_weights_must_fit_the_receivers_tensors():
+    own = {"w": torch.zeros(2, 3), "b": torch.zeros(3)}
+    check_weights({"w": torch.ones(2, 3), "b": torch.ones(3)}, own)
+    with pytest.raises(WireError, match=r"missing \['b'\]"):
+        check_weights({"w": torch.ones(2, 3)}, own)
+    with pytest.raises(WireError, match=r"'w' must have shape \[2, 3\]"):
+        check_weights({"w": torch.ones(3, 2), "b": torch.ones(3)}, own)
+
+
+# ---- storage, ledger, log, outbox -------------------------------------------------------------------------
+
+
+def group(capacity=64, n_step=1, spec=STATE_SPEC):
+    make = replay_factory(spec, 2, capacity, frame_stack=1, n_step=n_step, gamma=0.9, device=torch.device("cpu"))
+    return ReplayGroup(spec, 2, capacity, make)
+
+
+def test_replay_group_keeps_streams_apart_samples_by_size_and_keeps_flags():
+    storage = group()
+    storage.add("a", transitions(steps=6, envs=2, spec=STATE_SPEC, intervened_every=2))
+    storage.add("b", transitions(steps=2, envs=1, spec=STATE_SPEC))
+    assert storage.stats() == {
+        "a": {"transitions": 12, "stored": 12, "interventions": 3},
+        "b": {"transitions": 2, "stored": 2, "interventions": 0},
+    }
+    assert storage.streams["a"].intervened[:6, 0].tolist() == [True, False] * 3
+    torch.manual_seed(0)
+    rewards_b = set(storage.streams["b"].buffer.reward[:2, 0].tolist())
+    from_b = sum(r in rewards_b for r in storage.sample(7000).reward.flatten().tolist())
+    assert abs(from_b / 7000 - 2 / 14) < 0.02  # in proportion to the transitions each stream holds
+    with pytest.raises(ValueError, match="holds 2 envs per step, got 3"):
+        storage.add("a", transitions(steps=1, envs=3, spec=STATE_SPEC))
+    with pytest.raises(ValueError, match="stream id must be"):
+        storage.add("a.b", transitions(steps=1, envs=2, spec=STATE_SPEC))
+    with pytest.raises(ValueError, match=r"missing \['intervened'\]"):
+        storage.add("a", {k: v for k, v in transitions(spec=STATE_SPEC).items() if k != "intervened"})
+
+    restored = group()
+    restored.load_state_dict(storage.state_dict())
+    assert restored.stats() == storage.stats()
+    assert torch.equal(restored.streams["a"].intervened, storage.streams["a"].intervened)
+    assert torch.equal(restored.streams["a"].buffer.reward, storage.streams["a"].buffer.reward)
+
+
+def test_a_cut_stream_sums_no_n_step_return_across_the_cut():
+    storage = group(n_step=3)
+    first = transitions(steps=2, envs=1, spec=STATE_SPEC)
+    first["reward"].fill_(1.0)
+    storage.add("a", first)
+    storage.cut("a")
+    storage.add("a", {**transitions(steps=2, envs=1, spec=STATE_SPEC), "reward": torch.full((2, 1), 100.0)})
+    buffer = storage.streams["a"].buffer
+    batch = buffer.sequences_at(torch.tensor([0]), torch.tensor([0]), 3)
+    assert batch.reward.item() == pytest.approx(1.0 + 0.9)  # stops at the cut, does not reach the 100s
+    assert buffer.truncated[1, 0] and not buffer.terminated[1, 0]
+
+
+def test_ledger_stores_each_batch_once_and_sees_gaps_and_new_sessions():
+    ledger = Ledger()
+    delivery, new = ledger.register("a", "s1", 2, now=1.0, live_s=5.0)
+    assert new and delivery.acked_seq == -1
+    assert ledger.arrival(delivery, 0) is Arrival.NEXT
+    delivery.acked_seq = 0
+    assert ledger.arrival(delivery, 0) is Arrival.DUPLICATE
+    assert ledger.arrival(delivery, 3) is Arrival.GAP
+    with pytest.raises(RpcFailure, match="in use by a live actor"):
+        ledger.register("a", "s2", 2, now=2.0, live_s=5.0)
+    _, new = ledger.register("a", "s2", 2, now=10.0, live_s=5.0)  # the old one went quiet: a restart
+    assert new
+    with pytest.raises(RpcFailure, match="register first"):
+        ledger.session("a", "s1")
+    restored = Ledger()
+    restored.load_state(ledger.state())
+    assert restored.session("a", "s2").acked_seq == -1
+
+
+def test_write_ahead_log_survives_a_torn_tail_and_truncates(tmp_path):
+    wal = WriteAheadLog(tmp_path / "wal.log")
+    wal.append(b"one")
+    wal.append(b"two" * 100)
+    wal.close()
+    with (tmp_path / "wal.log").open("ab") as f:
+        f.write(b"RWAL\x99\x00\x00")  # a record cut short by a crash
+    wal = WriteAheadLog(tmp_path / "wal.log")
+    assert wal.read() == [b"one", b"two" * 100]
+    wal.append(b"three")
+    assert wal.read() == [b"one", b"two" * 100, b"three"]
+    wal.truncate()
+    assert wal.read() == [] and wal.size_bytes == 0
+
+
+def test_outbox_never_blocks_and_drops_the_oldest_when_full():
+    outbox = Outbox(capacity=2)
+    for i in range(3):
+        assert outbox.put({"x": torch.zeros(1)}, env_steps=5, env_step=5 * (i + 1)) == i
+    assert len(outbox) == 2 and outbox.oldest().seq == 1
+    assert outbox.dropped_batches == 1 and outbox.dropped_env_steps == 5
+    assert outbox.acknowledge(1) == 5 and outbox.oldest().seq == 2
+
+
+# ---- the channel: token, TLS, deadlines -------------------------------------------------------------------
+
+
+def echo_server(**serve_kwargs):
+    token = serve_kwargs.pop("token", None)
+    cfg = ServeConfig(port=0, **serve_kwargs)
+    handlers = {"Status": lambda req: encode({}, {"echo": decode(req, MB)[0]})}
+    return serve(handlers, cfg, token)
+
+
+def test_token_is_required_and_compared():
+    server, port = echo_server(token="s3cret")
+    try:
+        address = f"127.0.0.1:{port}"
+        assert LearnerClient(ConnectConfig(address=address), token="s3cret").status()["echo"]["protocol"] == 1
+        for token in (None, "wrong"):
+            with pytest.raises(grpc.RpcError) as err:
+                LearnerClient(ConnectConfig(address=address), token=token).status()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        server.stop(None)
+
+
+def test_serving_beyond_loopback_needs_a_token():
+    with pytest.raises(ValueError, match="no token is set"):
+        serve({}, ServeConfig(host="0.0.0.0", port=0), token=None)
+
+
+def _self_signed_cert(directory):
+    """A certificate for localhost / 127.0.0.1 and its key, made with `cryptography` or else the openssl CLI."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    if importlib.util.find_spec("cryptography") is not None:
+        _cert_with_cryptography(cert, key)
+    elif shutil.which("openssl") is not None:
+        names = "subjectAltName=DNS:localhost,IP:127.0.0.1"
+        command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"]
+        subprocess.run([*command, "-addext", names, "-keyout", str(key), "-out", str(cert)], check=True, timeout=30)
+    else:
+        pytest.skip("neither the cryptography package nor the openssl CLI is available to make a test certificate")
+    return cert, key
+
+
+def _cert_with_cryptography(cert_path, key_path):
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    alt = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(alt, critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+
+def test_tls_handshake_and_plaintext_refused(tmp_path):
+    cert, key = _self_signed_cert(tmp_path)
+    server, port = echo_server(tls_cert=str(cert), tls_key=str(key), token="t")
+    try:
+        tls = ConnectConfig(address=f"127.0.0.1:{port}", tls_ca=str(cert), deadline_s=5)
+        assert LearnerClient(tls, token="t").status()["echo"] == {"protocol": 1}
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError):
+            LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=2), token="t").status()
+        assert time.monotonic() - started < 3
+    finally:
+        server.stop(None)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_calls_to_a_dead_or_silent_peer_end_by_their_deadline():
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as err:
+        LearnerClient(ConnectConfig(address=f"127.0.0.1:{_free_port()}", deadline_s=2)).status()
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - started < 2.5
+
+    silent = socket.socket()  # accepts connections, never speaks HTTP/2
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{silent.getsockname()[1]}", deadline_s=0.5))
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            client.call("Status", request({}))
+        assert err.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+        assert time.monotonic() - started < 2.0
+    finally:
+        silent.close()
+
+    release = threading.Event()  # a learner that takes the call and hangs
+    server, port = serve({"Status": lambda req: release.wait(10) and b""}, ServeConfig(port=0), None)
+    try:
+        client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=0.5))
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            client.status()
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - started < 2.0
+    finally:
+        release.set()
+        server.stop(None)
+
+
+def test_server_keeps_serving_after_a_handler_fails():
+    def broken(req):
+        raise RuntimeError("boom")
+
+    def slow(req):
+        threading.Event().wait(0.01)
+        return encode({}, {"ok": True})
+
+    server, port = serve(
+        {"Push": broken, "Status": slow, "Register": lambda r: decode(r, 10)}, ServeConfig(port=0), None
+    )
+    try:
+        client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}"))
+        with pytest.raises(grpc.RpcError) as err:
+            client.push(request({}))
+        assert err.value.code() == grpc.StatusCode.INTERNAL and "boom" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:
+            client.register({})
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "exceeds the limit" in err.value.details()
+        assert client.status() == {"ok": True}
+    finally:
+        server.stop(None)
