@@ -94,7 +94,9 @@ def _read_safetensors_header(data: bytes) -> tuple[dict[str, dict], dict]:
         raise WireError(f"payload of {len(data)} bytes is too short to be safetensors")
     (length,) = struct.unpack("<Q", data[:8])
     if length > min(len(data) - 8, MAX_HEADER_BYTES):
-        raise WireError(f"payload declares a {length}-byte safetensors header; it has {len(data) - 8} bytes after it")
+        raise WireError(
+            f"payload is not safetensors: it declares a {length}-byte header, then has {len(data) - 8} bytes"
+        )
     try:
         header = json.loads(data[8 : 8 + length])
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -1,0 +1,335 @@
+"""`robotrl-actor`: acts in the env beside the robot, streams transitions to a learner, takes its weights.
+
+robotrl-actor task=panda_reach learner.address=gpu-box:50051 actor_id=arm1
+robotrl-actor task=gym task.env_id=Pendulum-v1 num_envs=4 learner.tls_ca=ca.pem   # token: $ROBOTRL_TOKEN
+
+The actor needs only the task and the learner's address: at registration the learner sends the agent's
+config and observation spec, and the actor builds the same agent. Its control loop never waits on the
+network (robotrl/runtime/transport/sender.py does that on its own thread): while the learner is away it
+keeps acting with the weights it has, queues batches in a bounded outbox and resends them when the
+learner is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import hydra
+import torch
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from robotrl.config import register_configs
+from robotrl.runtime.env import StepResult, VecEnv
+from robotrl.runtime.transport.client import LearnerClient
+from robotrl.runtime.transport.config import ConnectConfig
+from robotrl.runtime.transport.protocol import ACTOR_ID
+from robotrl.runtime.transport.sender import Outbox, Sender, register_until_accepted
+from robotrl.runtime.transport.weights import actor_owned, load_policy_state
+from robotrl.runtime.transport.wire import WireError, spec_from_json
+from robotrl.tasks import TASK_CONFIGS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ActorConfig:
+    task: Any = MISSING
+    learner: ConnectConfig = field(default_factory=ConnectConfig)
+    actor_id: str = "actor0"  # one per actor process feeding the same learner
+    num_envs: int = 1
+    seed: int = 1
+    device: str = "cpu"  # where the policy runs
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    batch_steps: int = 50  # env steps per pushed batch (each of num_envs transitions)
+    outbox_batches: int = 1000  # unacknowledged batches kept while the learner is away; beyond, the oldest go
+    total_steps: int = 0  # env steps to take, then stop; 0: until stopped
+    control_hz: float = 0.0  # pace of the control loop; 0: as fast as the env steps (a robot env paces itself)
+    connect_timeout_s: float = 0.0  # how long to wait for the first registration; 0: forever
+    flush_s: float = 10.0  # at exit, how long queued batches may take to be acknowledged
+    log_interval: int = 1000
+
+    def validate(self) -> None:
+        self.learner.validate()
+        for name in ("num_envs", "batch_steps", "outbox_batches", "log_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("total_steps", "threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("control_hz", "connect_timeout_s", "flush_s"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not ACTOR_ID.fullmatch(self.actor_id):
+            raise ValueError(f"actor_id must be 1-64 letters, digits, '_' or '-', got {self.actor_id!r}")
+
+
+# ---- stepping, reusable by any loop that acts ------------------------------------------------------------
+
+
+class EnvStepper:
+    """The exploring actor's env step, as the training loop takes it: uniform random actions in warm-up, the
+    agent's otherwise; the actor's exploration clock advanced after the env stepped; the step returned as a
+    transition (obs.<key>, next_obs.<key>, action, reward, terminated, truncated, intervened) whose action is
+    the one executed (an operator's, where an intervention wrapper replaced it)."""
+
+    def __init__(self, env: VecEnv, agent, seed: int):
+        self.env, self.agent = env, agent
+        self.obs = env.reset(seed=seed)
+        agent.reset_exploration(env.num_envs)  # every env starts an episode here
+
+    def step(self, random_action: bool) -> tuple[dict[str, torch.Tensor], StepResult]:
+        env = self.env
+        if random_action:
+            action = torch.rand(env.num_envs, env.action_dim) * 2.0 - 1.0
+        else:
+            action = self.agent.act({k: v.to(self.agent.device) for k, v in self.obs.items()}).cpu()
+            if not torch.isfinite(action).all():
+                raise FloatingPointError("the policy produced a non-finite action (diverged weights?)")
+        result = env.step(action)
+        self.agent.advance_exploration(result.terminated | result.truncated)
+        executed = action if result.action is None else result.action.to(torch.float32)
+        intervened = torch.zeros(env.num_envs, dtype=torch.bool) if result.intervened is None else result.intervened
+        transition = {f"obs.{k}": v for k, v in self.obs.items()}
+        transition.update({f"next_obs.{k}": v for k, v in result.next_obs.items()})
+        transition.update(
+            action=executed,
+            reward=result.reward.to(torch.float32),
+            terminated=result.terminated,
+            truncated=result.truncated,
+            intervened=intervened.to(torch.bool),
+        )
+        self.obs = result.obs
+        return transition, result
+
+
+class TransitionBatcher:
+    """Stacks single steps ([E, ...] entries) into a batch of N steps ([N, E, ...])."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+        self._rows: list[dict[str, torch.Tensor]] = []
+
+    def add(self, transition: dict[str, torch.Tensor]) -> bool:
+        """Append a step; True once the batch is full."""
+        self._rows.append(transition)
+        return len(self._rows) >= self.steps
+
+    def pop(self) -> dict[str, torch.Tensor] | None:
+        if not self._rows:
+            return None
+        rows, self._rows = self._rows, []
+        return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+# ---- the actor process -----------------------------------------------------------------------------------
+
+
+def agent_config_from_json(value: dict[str, Any]):
+    """The agent's config dataclass from the learner's JSON, type-checked (unknown keys name themselves)."""
+    from robotrl.agents import AGENT_CONFIGS
+
+    name = value.get("name") if isinstance(value, dict) else None
+    if name not in AGENT_CONFIGS:
+        raise WireError(f"the learner trains agent {name!r}, which this robotrl does not know")
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(AGENT_CONFIGS[name]), value))
+    cfg.validate()
+    return cfg
+
+
+class Actor:
+    """Registers with the learner, builds its agent and env, then acts until stopped (see the module doc).
+
+    `make_env(agent_cfg)` overrides how the env is built (an intervention wrapper, a robot); by default it is
+    the task's env, frame-stacked as the learner's agent expects."""
+
+    def __init__(
+        self,
+        cfg: ActorConfig,
+        run_dir: Path | None = None,
+        make_env: Callable[[Any], VecEnv] | None = None,
+        token: str | None = None,
+    ):
+        cfg.validate()
+        self.cfg, self.run_dir, self.token = cfg, run_dir, token
+        self._make_env = make_env
+        self.session = secrets.token_hex(8)
+        self.env_step = 0
+        self.episodes = 0
+        self.weights_version: int | None = None
+        self.weights_loaded = 0  # weights versions loaded so far
+        self.sender: Sender | None = None
+        self.outbox = Outbox(cfg.outbox_batches)
+
+    @property
+    def connected(self) -> bool:
+        return self.sender is not None and self.sender.connected
+
+    def _registration(self) -> dict[str, Any]:
+        cfg = self.cfg
+        return {"actor_id": cfg.actor_id, "session": self.session, "num_envs": cfg.num_envs, "task": cfg.task.name}
+
+    def _connect(self, stop: threading.Event):
+        """Register (waiting for the learner), then build the agent and env the learner's reply describes."""
+        from robotrl.agents import make_agent
+        from robotrl.runtime.loop import make_training_env, resolve_device
+
+        cfg = self.cfg
+        registration = self._registration()
+
+        def connect() -> LearnerClient:
+            return LearnerClient(cfg.learner, self.token)
+
+        client, reply = register_until_accepted(connect, registration, cfg.connect_timeout_s, stop)
+        agent_cfg = agent_config_from_json(reply["agent"])
+        learner_spec, action_dim = spec_from_json(reply["obs_spec"]), int(reply["action_dim"])
+        if cfg.batch_steps > int(reply["max_batch_steps"]):
+            raise ValueError(
+                f"batch_steps={cfg.batch_steps} exceeds the learner's max_batch_steps={reply['max_batch_steps']}"
+            )
+        if self._make_env is not None:
+            env = self._make_env(agent_cfg)
+        else:
+            env = make_training_env(SimpleNamespace(task=cfg.task, agent=agent_cfg), cfg.num_envs)
+        if dict(env.obs_spec) != learner_spec or env.action_dim != action_dim:
+            env.close()
+            client.close()
+            raise ValueError(
+                f"this actor's env ({cfg.task.name}) observes {dict(env.obs_spec)} with {env.action_dim} actions; the "
+                f"learner expects {learner_spec} with {action_dim}: run the same task config on both"
+            )
+        agent = make_agent(agent_cfg, env.obs_spec, env.action_dim, resolve_device(cfg.device))
+        agent.eval()
+        template = {k: v for k, v in agent.state_dict().items() if not actor_owned(k)}
+        self.sender = Sender(connect, client, registration, reply, self.outbox, template).start()
+        self.learning_starts = int(reply["learning_starts"])
+        log.info("registered with the learner at %s as %r (%s)", cfg.learner.address, cfg.actor_id, agent_cfg.name)
+        return env, agent
+
+    def run(self, stop: threading.Event | None = None) -> dict[str, Any]:
+        """Act until `total_steps` or `stop` is set; returns a summary."""
+        from robotrl.runtime.loop import EpisodeStats
+
+        cfg = self.cfg
+        stop = stop or threading.Event()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        env, agent = self._connect(stop)
+        sender = self.sender
+        stepper = EnvStepper(env, agent, seed=cfg.seed)
+        batcher = TransitionBatcher(cfg.batch_steps)
+        episodes = EpisodeStats(cfg.num_envs)
+        writer = None
+        if self.run_dir is not None:
+            from robotrl.runtime.metrics import MetricsWriter
+
+            writer = MetricsWriter(self.run_dir)
+        period = 1.0 / cfg.control_hz if cfg.control_hz else 0.0
+        next_tick = time.monotonic()
+        try:
+            while not stop.is_set() and not (cfg.total_steps and self.env_step >= cfg.total_steps):
+                if sender.fatal is not None:
+                    raise sender.fatal
+                new = sender.take_weights()
+                if new is not None:
+                    load_policy_state(agent, new[0])
+                    self.weights_version = new[1]
+                    self.weights_loaded += 1
+                warm_up = max(self.env_step, sender.learner_env_steps) < self.learning_starts
+                transition, result = stepper.step(random_action=self.weights_version is None or warm_up)
+                self.episodes += episodes.record(result.reward, result.success, result.terminated | result.truncated)
+                prev, self.env_step = self.env_step, self.env_step + cfg.num_envs
+                sender.actor_env_step = self.env_step
+                if batcher.add(transition):
+                    self.outbox.put(batcher.pop(), cfg.batch_steps * cfg.num_envs, self.env_step)
+                if writer is not None and self.env_step // cfg.log_interval > prev // cfg.log_interval:
+                    writer.write(self.env_step, {**episodes.flush(env.has_success), **self._scalars()})
+                if period:
+                    next_tick = max(next_tick + period, time.monotonic() - period)
+                    time.sleep(max(0.0, next_tick - time.monotonic()))
+        finally:
+            rest = batcher.pop()
+            if rest is not None:
+                steps = rest["reward"].shape[0]
+                self.outbox.put(rest, steps * cfg.num_envs, self.env_step)
+            sender.stop(flush_s=cfg.flush_s if sender.fatal is None else 0.0)
+            env.close()
+            if writer is not None:
+                writer.close()
+        return self.summary()
+
+    def _scalars(self) -> dict[str, float]:
+        sender = self.sender
+        return {
+            "actor/weights_version": float(-1 if self.weights_version is None else self.weights_version),
+            "actor/connected": float(sender.connected),
+            "actor/outbox_batches": float(len(self.outbox)),
+            "actor/acked_env_steps": float(sender.acked_env_steps),
+            "actor/dropped_env_steps": float(self.outbox.dropped_env_steps),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        sender = self.sender
+        return {
+            "env_steps": self.env_step,
+            "episodes": self.episodes,
+            "weights_version": self.weights_version,
+            "weights_loaded": self.weights_loaded,
+            "acked_env_steps": sender.acked_env_steps if sender else 0,
+            "dropped_env_steps": self.outbox.dropped_env_steps,
+            "unacked_batches": len(self.outbox),
+            "reconnects": sender.reconnects if sender else 0,
+        }
+
+
+# ---- Hydra entry point -----------------------------------------------------------------------------------
+
+register_configs()
+ConfigStore.instance().store(name="actor_schema", node=ActorConfig)
+
+
+def to_actor_config(cfg: DictConfig) -> ActorConfig:
+    """The validated dataclass form of a composed actor config (the task typed by its name's schema)."""
+    task_name = cfg.task.name
+    if task_name not in TASK_CONFIGS:
+        raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
+    schema = OmegaConf.structured(ActorConfig(task=TASK_CONFIGS[task_name]()))
+    obj = OmegaConf.to_object(OmegaConf.merge(schema, cfg))
+    obj.validate()
+    return obj
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    actor_cfg = to_actor_config(cfg)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    summary = Actor(actor_cfg, run_dir).run(stop)
+    log.info("actor done: %s", summary)
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="actor")
+def _hydra_main(cfg: DictConfig) -> None:
+    run(cfg, Path(HydraConfig.get().runtime.output_dir))
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

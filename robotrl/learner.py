@@ -1,0 +1,335 @@
+"""`robotrl-learner`: trains on the transitions actors stream to it and publishes weights for them.
+
+robotrl-learner task=panda_reach agent=sac                      # loopback only, port 50051
+robotrl-learner server.host=0.0.0.0 server.token_file=token server.tls_cert=cert.pem server.tls_key=key.pem
+robotrl-learner hydra.run.dir=runs/learner/arm                  # restarted: resumes what that directory holds
+
+Each actor's steps land in its own replay stream (robotrl/runtime/transport/storage.py). The update loop
+runs `agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have
+arrived, and publishes a new weights version every `weights_every` updates. A batch is acknowledged only
+once it is appended and fsynced to `<run dir>/wal.log`; a checkpoint (which holds the replay) empties that
+log. A learner restarted in the same run directory loads the latest checkpoint, then replays the log, so
+nothing it acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from robotrl.agents import AGENT_CONFIGS, make_agent
+from robotrl.config import register_configs
+from robotrl.runtime.checkpoint import LATEST, latest_checkpoint, load_checkpoint, save_checkpoint
+from robotrl.runtime.frame_stack import FrameStack
+from robotrl.runtime.metrics import MetricsWriter, UpdateMetrics
+from robotrl.runtime.transport.config import ServeConfig
+from robotrl.runtime.transport.security import load_token
+from robotrl.runtime.transport.server import serve
+from robotrl.runtime.transport.service import LearnerService, LearnerSpec
+from robotrl.runtime.transport.storage import ReplayGroup, replay_factory
+from robotrl.runtime.transport.wal import WriteAheadLog
+from robotrl.runtime.transport.weights import WeightsBoard
+from robotrl.tasks import TASK_CONFIGS
+
+log = logging.getLogger(__name__)
+
+UPDATES_PER_TURN = 16  # updates between looks at the clock (logging, weights, checkpoints, stop)
+
+
+@dataclass
+class LearnerConfig:
+    agent: Any = MISSING
+    task: Any = MISSING
+    server: ServeConfig = field(default_factory=ServeConfig)
+    seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    replay_capacity: int = 1_000_000  # transitions per actor stream
+    max_actors: int = 8  # distinct actor ids this learner takes (each gets a replay stream)
+    max_batch_steps: int = 1000  # env steps per pushed batch, at most
+    learning_starts: int = 1000  # env steps received (all actors) before the first update; actors act randomly
+    total_steps: int = 0  # env steps received after which the learner saves and stops; 0: until stopped
+    weights_every: int = 100  # updates per published weights version
+    log_interval: int = 1000  # env steps received
+    checkpoint_interval: int = 10_000  # env steps received between checkpoints (bounds the write-ahead log)
+    keep_checkpoints: int = 2
+
+    def validate(self) -> None:
+        self.server.validate()
+        for name in (
+            "replay_capacity",
+            "max_actors",
+            "max_batch_steps",
+            "weights_every",
+            "log_interval",
+            "checkpoint_interval",
+            "keep_checkpoints",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("learning_starts", "total_steps", "threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if hasattr(self.agent, "validate"):
+            self.agent.validate()
+
+
+class Learner:
+    """The agent, its per-actor storage, the service actors call, and the update loop (see the module doc)."""
+
+    def __init__(self, cfg: LearnerConfig, run_dir: Path, token: str | None = None):
+        from robotrl.runtime.loop import make_training_env, resolve_device, seed_everything
+
+        cfg.validate()
+        self.cfg, self.run_dir = cfg, run_dir
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        seed_everything(cfg.seed)
+        self.device = resolve_device(cfg.device)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt_root = run_dir / "checkpoints"
+        self.token = token if token is not None else load_token(cfg.server.token_file)
+
+        env = make_training_env(cfg, num_envs=1)  # read its spec: what the agent sees, frames stacked
+        obs_spec, action_dim = dict(env.obs_spec), env.action_dim
+        frame_stack = env.k if isinstance(env, FrameStack) else 1  # the replay stores what the env stacks
+        task_name = env.name
+        env.close()
+        self.agent = make_agent(cfg.agent, obs_spec, action_dim, self.device)
+        make_buffer = replay_factory(
+            obs_spec,
+            action_dim,
+            cfg.replay_capacity,
+            frame_stack,
+            self.agent.replay_n_step,
+            cfg.agent.gamma,
+            self.device,
+        )
+        self.storage = ReplayGroup(obs_spec, action_dim, cfg.replay_capacity, make_buffer, self.device)
+        spec = LearnerSpec(
+            task=cfg.task.name,
+            agent=dataclasses.asdict(cfg.agent),
+            obs_spec=obs_spec,
+            action_dim=action_dim,
+            learning_starts=cfg.learning_starts,
+            max_actors=cfg.max_actors,
+            max_batch_steps=cfg.max_batch_steps,
+            max_message_bytes=cfg.server.max_message_bytes,
+            heartbeat_timeout_s=cfg.server.heartbeat_timeout_s,
+        )
+        self.wal = WriteAheadLog(run_dir / "wal.log")
+        self.board = WeightsBoard(incarnation=secrets.token_hex(4))
+        self.service = LearnerService(spec, self.storage, self.wal, self.board)
+        self.clock_steps = 0  # env steps the agent's exploration clock has counted
+        self.resumed = self._restore()
+        self.env_name = task_name
+        self.server = None
+        self.port: int | None = None
+        self._alive: set[str] = set()
+
+    def _restore(self) -> bool:
+        """Load the latest checkpoint, if any, then the write-ahead log; True if anything was restored."""
+        service, resumed = self.service, False
+        if (self.ckpt_root / LATEST).exists():
+            path = latest_checkpoint(self.ckpt_root)
+            counters = load_checkpoint(path, self.agent, self.storage)
+            self.agent.num_updates = counters["updates"]
+            service.ledger.load_state(counters["streams"])
+            service.env_steps = self.clock_steps = counters["env_steps"]
+            service.last_checkpoint_step = counters["env_steps"]
+            resumed = True
+            log.info("resumed from %s at %d env steps, %d updates", path, counters["env_steps"], counters["updates"])
+        replayed = service.replay_log()
+        if replayed:
+            log.info("restored %d acknowledged batches from the write-ahead log", replayed)
+        service.updates = self.agent.num_updates
+        if self.agent.num_updates:
+            self.board.publish(self.agent, self.agent.num_updates)  # actors get the resumed weights at once
+        return resumed or replayed > 0
+
+    def start_serving(self) -> int:
+        self.server, self.port = serve(self.service.handlers(), self.cfg.server, self.token)
+        (self.run_dir / "learner_address").write_text(f"{self.cfg.server.host}:{self.port}\n")
+        return self.port
+
+    def updates_due(self, env_steps: int) -> int:
+        """Updates owed after `env_steps` received: utd_ratio per `update_every` env steps past learning_starts."""
+        cfg = self.cfg
+        if env_steps <= cfg.learning_starts:
+            return 0
+        every = getattr(cfg.agent, "update_every", 1)
+        return cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
+
+    def run(self, stop: threading.Event) -> dict[str, Any]:
+        """Serve and train until `stop` is set or `total_steps` env steps have arrived and been trained on."""
+        cfg, agent, service = self.cfg, self.agent, self.service
+        if self.server is None:
+            self.start_serving()
+        writer = MetricsWriter(self.run_dir, resume_step=service.env_steps if self.resumed else None)
+        update_metrics = UpdateMetrics()
+        published = agent.num_updates
+        logged = checkpointed = service.env_steps
+        last_log = (time.perf_counter(), service.env_steps, agent.num_updates)
+        try:
+            while not stop.is_set():
+                with service.lock:
+                    received = service.env_steps
+                self._advance_clock(received)
+                due = self.updates_due(received)
+                if agent.num_updates < due and len(self.storage):
+                    for _ in range(min(due - agent.num_updates, UPDATES_PER_TURN)):
+                        with service.lock:
+                            batch = self.storage.sample(agent.cfg.batch_size)
+                        update_metrics.add(agent.update(batch))  # outside the lock: actors keep pushing
+                    service.updates = agent.num_updates
+                    if agent.num_updates - published >= cfg.weights_every:
+                        self.board.publish(agent, agent.num_updates)
+                        published = agent.num_updates
+                elif cfg.total_steps and received >= cfg.total_steps:
+                    break
+                else:
+                    with service.arrived:
+                        service.arrived.wait(timeout=0.05)
+                if received // cfg.log_interval > logged // cfg.log_interval:
+                    logged = received
+                    writer.write(received, {**update_metrics.flush(received), **self._scalars(last_log)})
+                    last_log = (time.perf_counter(), received, agent.num_updates)
+                if received - checkpointed >= cfg.checkpoint_interval:  # bounds the write-ahead log
+                    checkpointed = received
+                    self.checkpoint(writer, update_metrics)
+                self._watch_actors()
+        finally:
+            try:
+                self.checkpoint(writer, update_metrics)
+            finally:
+                if self.server is not None:
+                    self.server.stop(grace=1.0).wait(5.0)
+                writer.close()
+                self.wal.close()
+        return service.snapshot()
+
+    def checkpoint(self, writer: MetricsWriter, update_metrics: UpdateMetrics) -> None:
+        """Save agent, replay and delivery state together, then empty the write-ahead log."""
+        service = self.service
+        with service.lock:
+            step = service.env_steps
+            if step == service.last_checkpoint_step:
+                return  # nothing arrived since: the log is empty, the checkpoint current but for updates
+            writer.write(step, update_metrics.flush(step))  # raises on a non-finite loss: nothing is saved
+            counters = {"env_steps": step, "updates": self.agent.num_updates, "streams": service.ledger.state()}
+            save_checkpoint(self.ckpt_root, step, self.agent, self.storage, counters, keep=self.cfg.keep_checkpoints)
+            self.wal.truncate()
+            service.last_checkpoint_step = step
+        log.info("checkpoint at %d env steps, %d updates", step, self.agent.num_updates)
+
+    def _watch_actors(self) -> None:
+        """Log actors going silent (no call within server.heartbeat_timeout_s) and coming back."""
+        with self.service.lock:
+            alive = set(self.service.ledger.alive(time.monotonic(), self.cfg.server.heartbeat_timeout_s))
+        for actor in sorted(self._alive - alive):
+            log.warning("actor %r lost: silent for over %.1f s", actor, self.cfg.server.heartbeat_timeout_s)
+        for actor in sorted(alive - self._alive):
+            log.info("actor %r is live", actor)
+        self._alive = alive
+
+    def _advance_clock(self, received: int) -> None:
+        """The learner's agent mirrors the actors' clock as the single-process loop's shared agent does (DrQ-v2's
+        std schedule reads it in `update`). Exploration is never reset here, so gSDE and chunk state stay untouched."""
+        if received > self.clock_steps:
+            self.agent.advance_exploration(torch.zeros(received - self.clock_steps, dtype=torch.bool))
+            self.clock_steps = received
+
+    def _scalars(self, last: tuple[float, int, int]) -> dict[str, float]:
+        status = self.service.snapshot()
+        elapsed = max(time.perf_counter() - last[0], 1e-9)
+        streams = status["streams"].values()
+        return {
+            "learner/env_steps_per_s": (status["env_steps"] - last[1]) / elapsed,
+            "learner/updates_per_s": (status["updates"] - last[2]) / elapsed,
+            "learner/actors_alive": float(status["actors_alive"]),
+            "learner/weights_version": float(status["version"]),
+            "learner/stored": float(sum(s["stored"] for s in streams)),
+            "learner/interventions": float(sum(s["interventions"] for s in streams)),
+            "learner/rejected": float(status["rejected"]),
+        }
+
+
+# ---- Hydra entry point -----------------------------------------------------------------------------------
+
+register_configs()
+ConfigStore.instance().store(name="learner_schema", node=LearnerConfig)
+
+_FIXED_ON_RESTART = ("agent", "task")
+
+
+def to_learner_config(cfg: DictConfig) -> LearnerConfig:
+    """The validated dataclass form of a composed learner config (agent and task typed by their names)."""
+    agent_name, task_name = cfg.agent.name, cfg.task.name
+    if agent_name not in AGENT_CONFIGS:
+        raise ValueError(f"unknown agent {agent_name!r}; available agents: {', '.join(sorted(AGENT_CONFIGS))}")
+    if task_name not in TASK_CONFIGS:
+        raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
+    schema = OmegaConf.structured(LearnerConfig(agent=AGENT_CONFIGS[agent_name](), task=TASK_CONFIGS[task_name]()))
+    obj = OmegaConf.to_object(OmegaConf.merge(schema, cfg))
+    obj.validate()
+    return obj
+
+
+def _check_same_experiment(cfg: DictConfig, saved_path: Path) -> None:
+    saved = OmegaConf.load(saved_path)
+    for key in _FIXED_ON_RESTART:
+        if OmegaConf.to_container(saved[key], resolve=True) != OmegaConf.to_container(cfg[key], resolve=True):
+            raise ValueError(
+                f"{saved_path.parent} holds a learner for another {key} ({OmegaConf.to_container(saved[key])}); "
+                "use a new run directory"
+            )
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    learner_cfg = to_learner_config(cfg)
+    saved = run_dir / "config.yaml"
+    if saved.exists():
+        _check_same_experiment(cfg, saved)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, saved, resolve=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    learner = Learner(learner_cfg, run_dir)
+    learner.start_serving()
+    log.info(
+        "learner for %s (%s) at %s:%d, run directory %s",
+        learner.env_name,
+        learner_cfg.agent.name,
+        learner_cfg.server.host,
+        learner.port,
+        run_dir.resolve(),
+    )
+    return learner.run(stop)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="learner")
+def _hydra_main(cfg: DictConfig) -> None:
+    run(cfg, Path(HydraConfig.get().runtime.output_dir))
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""The actor's network side, on its own thread: the control loop never waits on the learner.
+
+The control loop puts transition batches into a bounded `Outbox` (when it is full the oldest batch is
+dropped and counted) and picks up new weights with `take_weights`, both without blocking. The `Sender`
+thread pushes the oldest unacknowledged batch, heartbeats when idle, pulls weights when the learner
+announces a new version, and on any failure reconnects with exponential backoff: it registers again
+(same session), learns which batch the learner acknowledged last, and resends everything after it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import torch
+
+from robotrl.runtime.transport.client import LearnerClient, request
+from robotrl.runtime.transport.config import ConnectConfig
+from robotrl.runtime.transport.wire import WireError, check_weights
+
+log = logging.getLogger(__name__)
+
+# a learner answering these to Register will answer them again: stop instead of retrying forever
+PERMANENT_REGISTER_ERRORS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+@dataclass
+class Outgoing:
+    seq: int
+    tensors: dict[str, torch.Tensor]
+    env_steps: int  # transitions in the batch (steps * envs)
+    env_step: int  # the actor's env step counter after the batch
+    payload: bytes | None = None  # encoded on first send, kept for resends
+
+
+@dataclass
+class Outbox:
+    """Batches not yet acknowledged, oldest first, at most `capacity` of them."""
+
+    capacity: int
+    _queue: collections.deque = field(default_factory=collections.deque)
+    _ready: threading.Condition = field(default_factory=threading.Condition)
+    next_seq: int = 0
+    dropped_batches: int = 0
+    dropped_env_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"outbox capacity must be >= 1, got {self.capacity}")
+
+    def put(self, tensors: dict[str, torch.Tensor], env_steps: int, env_step: int) -> int:
+        """Queue a batch (never waits); returns its sequence number."""
+        with self._ready:
+            if len(self._queue) >= self.capacity:
+                dropped = self._queue.popleft()
+                self.dropped_batches += 1
+                self.dropped_env_steps += dropped.env_steps
+            seq = self.next_seq
+            self.next_seq += 1
+            self._queue.append(Outgoing(seq, tensors, env_steps, env_step))
+            self._ready.notify_all()
+            return seq
+
+    def oldest(self) -> Outgoing | None:
+        with self._ready:
+            return self._queue[0] if self._queue else None
+
+    def acknowledge(self, seq: int) -> int:
+        """Forget every batch numbered `seq` or lower; returns the transitions they held."""
+        released = 0
+        with self._ready:
+            while self._queue and self._queue[0].seq <= seq:
+                released += self._queue.popleft().env_steps
+        return released
+
+    def wait(self, timeout: float) -> None:
+        """Return when a batch is queued or `timeout` passes."""
+        with self._ready:
+            self._ready.wait_for(lambda: bool(self._queue), timeout)
+
+    def wake(self) -> None:
+        with self._ready:
+            self._ready.notify_all()
+
+    def __len__(self) -> int:
+        with self._ready:
+            return len(self._queue)
+
+
+def backoff_delay(failures: int, cfg: ConnectConfig) -> float:
+    """Exponential in the failures so far, capped, with +-20% jitter so actors do not reconnect in lockstep."""
+    return min(cfg.backoff_max_s, cfg.backoff_min_s * 2 ** max(failures - 1, 0)) * random.uniform(0.8, 1.2)
+
+
+def register_until_accepted(
+    connect: Callable[[], LearnerClient], registration: dict[str, Any], timeout_s: float, stop: threading.Event
+) -> tuple[LearnerClient, dict[str, Any]]:
+    """Register, retrying with backoff while the learner is unreachable (timeout_s <= 0: forever)."""
+    give_up = time.monotonic() + timeout_s if timeout_s > 0 else float("inf")
+    failures = 0
+    client = connect()
+    while True:
+        try:
+            return client, client.register(registration)
+        except grpc.RpcError as err:
+            if err.code() in PERMANENT_REGISTER_ERRORS:
+                client.close()
+                raise ConnectionRefusedError(f"the learner refused this actor: {err.details()}") from None
+            failures += 1
+            if failures == 1:
+                log.info("waiting for the learner at %s (%s)", client.cfg.address, err.code().name)
+        delay = backoff_delay(failures, client.cfg)
+        if time.monotonic() + delay > give_up:
+            client.close()
+            raise TimeoutError(f"no learner answered at {client.cfg.address} within {timeout_s} s")
+        if stop.wait(delay):
+            client.close()
+            raise InterruptedError("stopped while waiting for the learner")
+        client.close()
+        client = connect()  # a fresh channel: no reconnect backoff inherited from the old one
+
+
+class Sender:
+    """The thread that talks to the learner on the actor's behalf (see the module doc)."""
+
+    def __init__(
+        self,
+        connect: Callable[[], LearnerClient],
+        client: LearnerClient,
+        registration: dict[str, Any],
+        first_reply: dict[str, Any],
+        outbox: Outbox,
+        weights_template: dict[str, torch.Tensor],
+    ):
+        self.connect, self.client, self.registration = connect, client, registration
+        self.outbox, self.template = outbox, weights_template
+        self.cfg = client.cfg
+        self.agent_config = first_reply["agent"]
+        self._stop = threading.Event()
+        self._weights_lock = threading.Lock()
+        self._new_weights: tuple[dict[str, torch.Tensor], int] | None = None
+        self.have_weights: str | None = None  # id of the newest weights received
+        self.connected = True
+        self.fatal: BaseException | None = None  # set when the learner refuses this actor for good
+        self.actor_env_step = 0  # written by the control loop, reported to the learner
+        self.acked_env_steps = 0  # transitions the learner acknowledged (durably stored)
+        self.refused_batches = 0
+        self.reconnects = 0
+        self._apply_reply(first_reply)
+        self.outbox.acknowledge(first_reply["acked_seq"])
+        self._thread = threading.Thread(target=self._run, name=f"sender-{registration['actor_id']}", daemon=True)
+
+    def start(self) -> Sender:
+        self._thread.start()
+        return self
+
+    def take_weights(self) -> tuple[dict[str, torch.Tensor], int] | None:
+        """The newest weights received since the last call and their version, or None (never waits)."""
+        with self._weights_lock:
+            new, self._new_weights = self._new_weights, None
+            return new
+
+    def stop(self, flush_s: float = 0.0) -> None:
+        """Give the queued batches up to `flush_s` seconds to be acknowledged, then stop the thread."""
+        deadline = time.monotonic() + flush_s
+        while len(self.outbox) and self.connected and self.fatal is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._stop.set()
+        self.outbox.wake()
+        self._thread.join(timeout=self.cfg.weights_deadline_s + self.cfg.deadline_s)
+        self.client.close()
+
+    # ---- the thread -----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        last_contact = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                if not self.connected:
+                    self._reconnect()
+                    failures = 0
+                    last_contact = time.monotonic()
+                batch = self.outbox.oldest()
+                if batch is not None:
+                    self._push(batch)
+                    last_contact = time.monotonic()
+                elif time.monotonic() - last_contact >= self.cfg.heartbeat_s:
+                    self._apply_reply(self.client.heartbeat(self._session_header()))
+                    last_contact = time.monotonic()
+                else:
+                    self.outbox.wait(self.cfg.heartbeat_s - (time.monotonic() - last_contact))
+                self._pull_weights_if_new()
+            except grpc.RpcError as err:
+                failures += 1
+                self._on_rpc_error(err)
+                if self.fatal is None:
+                    self._stop.wait(backoff_delay(failures, self.cfg))
+            except Exception as err:  # a bug or a learner sending garbage: keep the actor acting, say why
+                failures += 1
+                log.exception("sender error; reconnecting")
+                self.connected = False
+                if isinstance(err, ConnectionRefusedError):
+                    self.fatal = err
+                self._stop.wait(backoff_delay(failures, self.cfg))
+            if self.fatal is not None:
+                return
+
+    def _session_header(self) -> dict[str, Any]:
+        reg = self.registration
+        return {"actor_id": reg["actor_id"], "session": reg["session"], "env_step": self.actor_env_step}
+
+    def _reconnect(self) -> None:
+        self.client.close()
+        self.client = self.connect()
+        reply = self.client.register(self.registration)
+        if reply["agent"] != self.agent_config:
+            raise ConnectionRefusedError(
+                f"the learner now trains another agent config than at this actor's start: {reply['agent']}"
+            )
+        self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
+        self._apply_reply(reply)
+        self.connected = True
+        self.reconnects += 1
+        log.info("reconnected to the learner; %d batches to resend", len(self.outbox))
+
+    def _push(self, batch: Outgoing) -> None:
+        if batch.payload is None:
+            header = {**self._session_header(), "seq": batch.seq, "env_step": batch.env_step}
+            batch.payload = request(header, batch.tensors)
+        try:
+            reply = self.client.push(batch.payload)
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            # the learner will never take this batch: drop it (the learner cuts the stream at the gap)
+            self.refused_batches += 1
+            log.error("the learner refused batch %d: %s", batch.seq, err.details())
+            self.outbox.acknowledge(batch.seq)
+            return
+        self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
+        self._apply_reply(reply)
+
+    def _apply_reply(self, reply: dict[str, Any]) -> None:
+        self.learner_env_steps = int(reply.get("env_steps", 0))
+        self.learner_weights = reply.get("weights_id")
+
+    def _pull_weights_if_new(self) -> None:
+        if self.learner_weights is None or self.learner_weights == self.have_weights:
+            return
+        header, tensors = self.client.weights(self.have_weights)
+        self.learner_weights = header.get("weights_id")  # what the learner has now (maybe newer than announced)
+        if not tensors:
+            return
+        try:
+            check_weights(tensors, self.template)
+        except WireError as err:
+            self.fatal = ConnectionRefusedError(f"the learner's weights do not fit this actor's agent: {err}")
+            return
+        with self._weights_lock:
+            self._new_weights = (tensors, int(header["version"]))
+        self.have_weights = header["weights_id"]
+
+    def _on_rpc_error(self, err: grpc.RpcError) -> None:
+        code = err.code()
+        if code == grpc.StatusCode.UNAUTHENTICATED or (not self.connected and code in PERMANENT_REGISTER_ERRORS):
+            self.fatal = ConnectionRefusedError(f"the learner refused this actor: {err.details()}")
+            log.error("%s", self.fatal)
+            return
+        if self.connected:
+            log.warning("lost the learner (%s: %s); acting on, reconnecting", code.name, err.details())
+        self.connected = False

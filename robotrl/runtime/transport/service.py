@@ -1,0 +1,258 @@
+"""The learner's side of the service: registration, durable transition intake, weights, heartbeats, status.
+
+Handlers run on gRPC's threads; the learner's update loop runs on its own. They share `lock` (storage,
+ledger, write-ahead log and counters) and `arrived`, a condition the loop waits on for new steps. A pushed
+batch is decoded and checked outside the lock, then, under it: dropped if it was stored before (resend),
+appended to the write-ahead log and fsynced, added to storage, and only then acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import torch
+
+from robotrl.data.spec import ObsSpec
+from robotrl.runtime.transport.ledger import Arrival, Delivery, Ledger
+from robotrl.runtime.transport.protocol import (
+    HEARTBEAT,
+    PUSH,
+    REGISTER,
+    STATUS,
+    WEIGHTS,
+    RpcFailure,
+    actor_id,
+    check_version,
+    field,
+)
+from robotrl.runtime.transport.storage import ReplayGroup
+from robotrl.runtime.transport.wal import WriteAheadLog
+from robotrl.runtime.transport.weights import WeightsBoard
+from robotrl.runtime.transport.wire import check_transitions, decode, encode, spec_to_json
+
+log = logging.getLogger(__name__)
+
+SMALL_REQUEST_BYTES = 1 << 16
+
+
+@dataclass
+class LearnerSpec:
+    """What an actor must match, and is told at registration."""
+
+    task: str
+    agent: dict[str, Any]  # the agent's config dataclass as JSON (its `name` selects the class)
+    obs_spec: ObsSpec
+    action_dim: int
+    learning_starts: int
+    max_actors: int
+    max_batch_steps: int
+    max_message_bytes: int
+    heartbeat_timeout_s: float
+
+
+class LearnerService:
+    def __init__(self, spec: LearnerSpec, storage: ReplayGroup, wal: WriteAheadLog, board: WeightsBoard):
+        self.spec, self.storage, self.wal, self.board = spec, storage, wal, board
+        self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
+        self.ledger = Ledger()
+        self.env_steps = 0  # transitions stored, all streams
+        self.rejected = 0  # pushes refused
+        self.wal_replayed = 0  # batches restored from the write-ahead log at start
+        # set by the learner's loop, reported by Status
+        self.updates = 0
+        self.last_checkpoint_step: int | None = None
+
+    def handlers(self) -> dict[str, Callable[[bytes], bytes]]:
+        return {
+            REGISTER: self.register,
+            PUSH: self.push,
+            WEIGHTS: self.weights,
+            HEARTBEAT: self.heartbeat,
+            STATUS: self.status,
+        }
+
+    # ---- methods --------------------------------------------------------------------------------------
+
+    def register(self, request: bytes) -> bytes:
+        header, _ = decode(request, SMALL_REQUEST_BYTES)
+        check_version(header)
+        actor, session = actor_id(header), field(header, "session", str)
+        num_envs, task = field(header, "num_envs", int), field(header, "task", str)
+        if num_envs < 1:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"num_envs must be >= 1, got {num_envs}")
+        if task != self.spec.task:
+            raise RpcFailure(
+                grpc.StatusCode.FAILED_PRECONDITION, f"the actor runs task {task!r}, this learner {self.spec.task!r}"
+            )
+        with self.lock:
+            if actor not in self.ledger.actors and len(self.ledger.actors) >= self.spec.max_actors:
+                raise RpcFailure(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"this learner takes at most {self.spec.max_actors} actors (max_actors); {actor!r} is one more",
+                )
+            stream = self.storage.streams.get(actor)
+            if stream is not None and stream.num_envs != num_envs:
+                raise RpcFailure(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"actor {actor!r} fed {stream.num_envs} envs per step before, now {num_envs}: use a new actor_id",
+                )
+            delivery, new_session = self.ledger.register(
+                actor, session, num_envs, time.monotonic(), self.spec.heartbeat_timeout_s
+            )
+            if new_session:
+                self.storage.cut(actor)  # a restarted actor's envs restart: its stored episodes end here
+                log.info("actor %r registered (session %s, %d envs)", actor, session, num_envs)
+            weights_id, version = self.board.current()
+            reply = {
+                "agent": self.spec.agent,
+                "obs_spec": spec_to_json(self.spec.obs_spec),
+                "action_dim": self.spec.action_dim,
+                "learning_starts": self.spec.learning_starts,
+                "max_batch_steps": self.spec.max_batch_steps,
+                "max_message_bytes": self.spec.max_message_bytes,
+                "acked_seq": delivery.acked_seq,
+                "env_steps": self.env_steps,
+                "weights_id": weights_id,
+                "version": version,
+            }
+        return encode({}, reply)
+
+    def push(self, request: bytes) -> bytes:
+        try:
+            return self._push(request)
+        except Exception:
+            with self.lock:
+                self.rejected += 1
+            raise
+
+    def _push(self, request: bytes) -> bytes:
+        header, tensors = decode(request, self.spec.max_message_bytes)
+        check_version(header)
+        actor, session = actor_id(header), field(header, "session", str)
+        seq, actor_env_step = field(header, "seq", int), field(header, "env_step", int)
+        with self.lock:
+            num_envs = self.ledger.session(actor, session).num_envs
+        steps = check_transitions(
+            tensors, self.spec.obs_spec, self.spec.action_dim, num_envs, self.spec.max_batch_steps
+        )
+        with self.lock:
+            delivery = self.ledger.session(actor, session)  # it may have re-registered meanwhile
+            self._store(actor, delivery, seq, tensors, steps, request)
+            delivery.last_contact = time.monotonic()
+            delivery.actor_env_step = actor_env_step
+            self.arrived.notify_all()
+            return encode({}, self._progress(delivery))
+
+    def heartbeat(self, request: bytes) -> bytes:
+        header, _ = decode(request, SMALL_REQUEST_BYTES)
+        check_version(header)
+        actor, session = actor_id(header), field(header, "session", str)
+        actor_env_step = field(header, "env_step", int)
+        with self.lock:
+            delivery = self.ledger.session(actor, session)
+            delivery.last_contact = time.monotonic()
+            delivery.actor_env_step = actor_env_step
+            return encode({}, self._progress(delivery))
+
+    def weights(self, request: bytes) -> bytes:
+        header, _ = decode(request, SMALL_REQUEST_BYTES)
+        check_version(header)
+        have = header.get("have")
+        if have is not None and not isinstance(have, str):
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"'have' must be a weights id or null, got {have!r}")
+        return self.board.response(have)
+
+    def status(self, request: bytes) -> bytes:
+        header, _ = decode(request, SMALL_REQUEST_BYTES)
+        check_version(header)
+        return encode({}, self.snapshot())
+
+    # ---- shared with the learner's loop ---------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.monotonic()
+        with self.lock:
+            alive = set(self.ledger.alive(now, self.spec.heartbeat_timeout_s))
+            stats = self.storage.stats()
+            streams = {
+                a: {
+                    **stats.get(a, {"transitions": 0, "stored": 0, "interventions": 0}),
+                    "session": d.session,
+                    "num_envs": d.num_envs,
+                    "acked_seq": d.acked_seq,
+                    "actor_env_step": d.actor_env_step,
+                    "alive": a in alive,
+                }
+                for a, d in self.ledger.actors.items()
+            }
+            weights_id, version = self.board.current()
+            return {
+                "env_steps": self.env_steps,
+                "updates": self.updates,
+                "weights_id": weights_id,
+                "version": version,
+                "last_checkpoint_step": self.last_checkpoint_step,
+                "wal_records": self.wal.records_written,
+                "wal_replayed": self.wal_replayed,
+                "rejected": self.rejected,
+                "actors_alive": len(alive),
+                "streams": streams,
+            }
+
+    def replay_log(self) -> int:
+        """Apply the write-ahead log (batches acknowledged after the loaded checkpoint); returns how many
+        were stored. Call before serving, after the checkpoint's storage and ledger are loaded."""
+        stored = 0
+        for record in self.wal.read():
+            try:
+                header, tensors = decode(record, max(self.spec.max_message_bytes, len(record)))
+                actor, session, seq = actor_id(header), field(header, "session", str), field(header, "seq", int)
+                num_envs = int(tensors["reward"].shape[1])
+                steps = check_transitions(
+                    tensors, self.spec.obs_spec, self.spec.action_dim, num_envs, self.spec.max_batch_steps
+                )
+                with self.lock:
+                    delivery, new_session = self.ledger.register(actor, session, num_envs, now=0.0, live_s=0.0)
+                    if new_session:
+                        self.storage.cut(actor)
+                    arrival = self._store(actor, delivery, seq, tensors, steps, payload=None)
+                    stored += arrival is not Arrival.DUPLICATE
+            except Exception:
+                log.exception("skipping a write-ahead log record that cannot be applied")
+        self.wal_replayed = stored
+        return stored
+
+    def _store(
+        self, actor: str, delivery: Delivery, seq: int, tensors: dict[str, torch.Tensor], steps: int, payload
+    ) -> Arrival:
+        """Store a checked batch unless it was stored before; `payload` (the request) is logged first."""
+        arrival = Ledger.arrival(delivery, seq)
+        if arrival is Arrival.DUPLICATE:
+            return arrival
+        if payload is not None:
+            self.wal.append(payload)  # durable before it is applied and acknowledged
+        if arrival is Arrival.GAP:
+            log.warning(
+                "actor %r skipped batches %d..%d (dropped from its outbox)", actor, delivery.acked_seq + 1, seq - 1
+            )
+            self.storage.cut(actor)
+        self.storage.add(actor, tensors)
+        delivery.acked_seq = seq
+        self.env_steps += steps * delivery.num_envs
+        return arrival
+
+    def _progress(self, delivery: Delivery) -> dict[str, Any]:
+        weights_id, version = self.board.current()
+        return {
+            "acked_seq": delivery.acked_seq,
+            "env_steps": self.env_steps,
+            "weights_id": weights_id,
+            "version": version,
+        }

@@ -1,0 +1,295 @@
+"""robotrl-learner in its own process, actors in this one, over real gRPC: transitions with intervention flags
+reach the learner's storage, weights versions reach the actors, two actors feed one learner, malformed pushes
+are refused while the learner serves on, and a learner SIGKILLed and restarted from its run directory loses
+no transition it acknowledged while the actor keeps acting."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import grpc
+import pytest
+import torch
+from helpers import REPO, run_module
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+from robotrl.tasks.configs import GymTaskConfig
+from safetensors.torch import save
+
+from robotrl.actor import Actor, ActorConfig, to_actor_config
+from robotrl.learner import to_learner_config
+from robotrl.runtime.loop import make_training_env
+from robotrl.runtime.metrics import read_metrics
+from robotrl.runtime.transport.client import LearnerClient, request
+from robotrl.runtime.transport.config import ConnectConfig
+from robotrl.runtime.transport.wire import encode
+
+TASK = GymTaskConfig(env_id="Pendulum-v1", max_episode_steps=50)
+LEARNER_ARGS = [
+    "task=gym",
+    "task.env_id=Pendulum-v1",
+    "task.max_episode_steps=50",
+    "agent.batch_size=32",
+    "agent.actor_hidden=[32,32]",
+    "agent.critic_hidden=[32,32]",
+    "learning_starts=100",
+    "weights_every=20",
+    "log_interval=200",
+    "replay_capacity=20000",
+    "server.max_message_mb=1",
+    "server.heartbeat_timeout_s=3",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+class LearnerProcess:
+    """robotrl-learner in its own process, on a fixed port and run directory (so it can be killed and restarted)."""
+
+    def __init__(self, run_dir, port, *extra):
+        self.run_dir, self.port = run_dir, port
+        self.args = [sys.executable, "-m", "robotrl.learner", *LEARNER_ARGS, *extra]
+        self.args += [f"server.port={port}", f"hydra.run.dir={run_dir}"]
+        self.log_path = run_dir.parent / f"{run_dir.name}.log"
+        self.client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=2))
+        self.start()
+
+    def start(self):
+        env = dict(os.environ, OMP_NUM_THREADS="1", MUJOCO_GL="egl")
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return wait_for(self._answers, 90, "the learner to serve")
+
+    def _answers(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the learner exited with {self.proc.returncode}:\n{self.output()}")
+        try:
+            return self.client.status()
+        except grpc.RpcError:
+            return None
+
+    def status(self):
+        return self.client.status()
+
+    def output(self):
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self):
+        """SIGTERM: the learner saves a last checkpoint and exits cleanly."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.client.close()
+        return self.proc.returncode
+
+
+class ScriptedTakeover:
+    """An intervention wrapper stand-in: every `every`-th step an 'operator' drives env 0 with a zero action."""
+
+    def __init__(self, env, every):
+        self.env, self.every, self.steps, self.interventions = env, every, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, action):
+        self.steps += 1
+        intervened = torch.zeros(self.env.num_envs, dtype=torch.bool)
+        intervened[0] = self.steps % self.every == 0
+        executed = torch.where(intervened.unsqueeze(1), torch.zeros_like(action), action)
+        result = self.env.step(executed)
+        result.intervened, result.action = intervened, executed
+        self.interventions += int(intervened.sum())
+        return result
+
+
+def actor_config(port, **overrides):
+    learner = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
+    settings = {"batch_steps": 10, "control_hz": 250.0, "connect_timeout_s": 60.0, "flush_s": 10.0, **overrides}
+    return ActorConfig(task=TASK, learner=learner, **settings)
+
+
+def start_actor(cfg, make_env=None):
+    actor, stop, result = Actor(cfg, make_env=make_env), threading.Event(), {}
+
+    def target():
+        try:
+            result["summary"] = actor.run(stop)
+        except BaseException as err:  # surfaced by the test's join
+            result["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return actor, stop, thread, result
+
+
+def join_actor(thread, result, timeout=60):
+    thread.join(timeout)
+    assert not thread.is_alive(), "the actor did not stop in time"
+    if "error" in result:
+        raise result["error"]
+    return result["summary"]
+
+
+@pytest.fixture(scope="module")
+def learner(tmp_path_factory):
+    proc = LearnerProcess(tmp_path_factory.mktemp("learner") / "run", free_port(), "checkpoint_interval=300")
+    yield proc
+    assert proc.stop() == 0, proc.output()
+
+
+def test_learner_and_actor_configs_are_structured():
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        learner_cfg = to_learner_config(compose("learner", ["task=gym", "server.port=6000", "weights_every=5"]))
+        actor_cfg = to_actor_config(compose("actor", ["task=gym", "learner.address=gpu-box:6000", "actor_id=arm-1"]))
+        for name, typo in (("learner", "server.prot=1"), ("learner", "weights_evry=5"), ("actor", "learner.adress=x")):
+            with pytest.raises(ConfigCompositionException) as err:
+                compose(name, [typo])
+            assert typo.split("=")[0].split(".")[-1] in str(err.value.__cause__)
+        with pytest.raises(ValueError, match=r"learner\.address must be host:port, got 'gpu-box'"):
+            to_actor_config(compose("actor", ["learner.address=gpu-box"]))
+        with pytest.raises(ValueError, match="actor_id must be"):
+            to_actor_config(compose("actor", ["actor_id=arm/1"]))
+    assert learner_cfg.server.host == "127.0.0.1" and learner_cfg.server.port == 6000 and learner_cfg.weights_every == 5
+    assert learner_cfg.agent.name == "sac" and actor_cfg.learner.address == "gpu-box:6000"
+
+
+def test_two_actors_stream_flagged_transitions_and_receive_weights(learner, tmp_path):
+    takeover = {}
+
+    def env_with_operator(agent_cfg):
+        takeover["env"] = ScriptedTakeover(make_training_env(SimpleNamespace(task=TASK, agent=agent_cfg), 2), every=4)
+        return takeover["env"]
+
+    # one actor here (with a scripted operator), one through the robotrl-actor entry point in its own process
+    arm = start_actor(actor_config(learner.port, actor_id="arm", num_envs=2, total_steps=600), env_with_operator)
+    hand_args = ["task=gym", "task.max_episode_steps=50", f"learner.address=127.0.0.1:{learner.port}"]
+    hand_args += ["actor_id=hand", "total_steps=300", "batch_steps=10", "control_hz=250", "log_interval=100"]
+    hand = run_module("robotrl.actor", *hand_args, f"hydra.run.dir={tmp_path / 'hand'}", timeout=90, check=False)
+    arm = join_actor(*arm[2:])
+    assert hand.returncode == 0, hand.stderr[-3000:]
+
+    assert arm["env_steps"] == arm["acked_env_steps"] == 600
+    assert arm["unacked_batches"] == 0 and arm["dropped_env_steps"] == 0
+    assert arm["weights_loaded"] >= 2 and arm["weights_version"] >= 20  # versions kept arriving while acting
+    assert "actor/weights_version" in read_metrics(tmp_path / "hand" / "metrics.csv")
+
+    status = learner.status()
+    streams = status["streams"]
+    assert streams["arm"]["transitions"] == 600 and streams["hand"]["transitions"] == 300
+    assert streams["arm"]["interventions"] == takeover["env"].interventions == 300 // 4
+    assert streams["hand"]["interventions"] == 0
+    assert status["env_steps"] >= 900 and status["updates"] > 0 and status["version"] >= 20
+
+
+def test_malformed_pushes_are_refused_by_name_and_the_learner_serves_on(learner):
+    client = learner.client
+    session = {"actor_id": "prober", "session": "p1"}
+    reply = client.register({**session, "num_envs": 1, "task": "gym"})
+    assert reply["obs_spec"] == {"state": {"shape": [3], "dtype": "float32"}} and reply["action_dim"] == 1
+
+    def batch(**changes):
+        good = {
+            "obs.state": torch.zeros(2, 1, 3),
+            "next_obs.state": torch.zeros(2, 1, 3),
+            "action": torch.zeros(2, 1, 1),
+            "reward": torch.zeros(2, 1),
+            "terminated": torch.zeros(2, 1, dtype=torch.bool),
+            "truncated": torch.zeros(2, 1, dtype=torch.bool),
+            "intervened": torch.zeros(2, 1, dtype=torch.bool),
+        }
+        good.update(changes)
+        header = {"protocol": 1, **session, "seq": 0, "env_step": 2}
+        # built with safetensors itself: robotrl's own encoder refuses some of these
+        return save({k: v for k, v in good.items() if v is not None}, metadata={"header": json.dumps(header)})
+
+    cases = [
+        (b"\x00garbage\xff" * 10, "not safetensors"),
+        (batch(reward=torch.tensor([[0.0], [float("nan")]])), "'reward' holds non-finite"),
+        (batch(**{"obs.state": torch.zeros(2, 1, 4)}), r"'obs.state' must have shape \[2, 1, 3\]"),
+        (batch(terminated=torch.zeros(2, 1)), "'terminated' must have dtype torch.bool"),
+        (batch(intervened=None), r"lacks \['intervened'\]"),
+        (batch(**{"obs.state": torch.zeros(2, 1, 3, dtype=torch.float64)}), "dtype 'F64'"),
+        (encode({"x": torch.zeros(300_000)}, {}), "exceeds the limit"),
+    ]
+    rejected_before = learner.status()["rejected"]
+    for payload, message in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            client.push(payload)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert re.search(message, err.value.details()), err.value.details()
+
+    with pytest.raises(grpc.RpcError) as err:  # a stranger's batch: it has to register first
+        client.push(request({"actor_id": "stranger", "session": "x", "seq": 0, "env_step": 2}, {}))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+    assert client.push(batch())["acked_seq"] == 0  # a good batch still goes through, once
+    assert client.push(batch())["acked_seq"] == 0
+    status = learner.status()
+    assert status["rejected"] == rejected_before + len(cases) + 1
+    assert status["streams"]["prober"]["transitions"] == 2
+
+
+def test_learner_killed_and_restarted_loses_no_acknowledged_transition(learner):
+    actor, stop, thread, result = start_actor(actor_config(learner.port, actor_id="rover", num_envs=2))
+    try:
+        wait_for(lambda: actor.connected, 30, "the actor to register")
+
+        # kill between checkpoints, so acknowledged batches exist only in the write-ahead log
+        def between_checkpoints():
+            status = learner.status()
+            since = status["env_steps"] - (status["last_checkpoint_step"] or 0)
+            return status if status["streams"]["rover"]["acked_seq"] >= 0 and 60 <= since <= 200 else None
+
+        before = wait_for(between_checkpoints, 60, "a few acknowledged batches after a checkpoint")
+        learner.kill()
+        acked_at_kill = actor.sender.acked_env_steps  # what the actor knows was acknowledged
+        steps_at_kill = actor.env_step
+        wait_for(lambda: not actor.connected, 10, "the actor to notice the learner is gone")
+        wait_for(lambda: actor.env_step >= steps_at_kill + 200, 20, "the actor to act on without a learner")
+
+        restored = learner.start()  # the same run directory: latest checkpoint, then the write-ahead log
+        assert restored["wal_replayed"] > 0
+        assert restored["env_steps"] >= max(before["env_steps"], acked_at_kill)
+        wait_for(lambda: actor.connected and actor.sender.reconnects >= 1, 30, "the actor to reconnect")
+        steps_while_away = actor.env_step
+        wait_for(
+            lambda: learner.status()["streams"]["rover"]["transitions"] >= steps_while_away,
+            30,
+            "the batches queued while the learner was away to be resent",
+        )
+    finally:
+        stop.set()
+        summary = join_actor(thread, result)
+    # every step the actor took is stored exactly once: nothing acknowledged was lost, no resend stored twice
+    assert summary["unacked_batches"] == 0 and summary["dropped_env_steps"] == 0
+    stored = learner.status()["streams"]["rover"]["transitions"]
+    assert stored == summary["env_steps"] == summary["acked_env_steps"]
