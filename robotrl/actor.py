@@ -210,7 +210,6 @@ class Actor:
                 f"learner expects {learner_spec} with {action_dim}: run the same task config on both"
             )
         agent = make_agent(agent_cfg, env.obs_spec, env.action_dim, resolve_device(cfg.device))
-        agent.eval()
         template = {k: v for k, v in agent.state_dict().items() if not actor_owned(k)}
         self.sender = Sender(connect, client, registration, reply, self.outbox, template).start()
         self.learning_starts = int(reply["learning_starts"])

@@ -36,7 +36,7 @@ from robotrl.runtime.checkpoint import LATEST, latest_checkpoint, load_checkpoin
 from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.metrics import MetricsWriter, UpdateMetrics
 from robotrl.runtime.transport.config import ServeConfig
-from robotrl.runtime.transport.security import load_token
+from robotrl.runtime.transport.security import check_serve_security, load_token
 from robotrl.runtime.transport.server import serve
 from robotrl.runtime.transport.service import LearnerService, LearnerSpec
 from robotrl.runtime.transport.storage import ReplayGroup, replay_factory
@@ -102,6 +102,7 @@ class Learner:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = run_dir / "checkpoints"
         self.token = token if token is not None else load_token(cfg.server.token_file)
+        check_serve_security(cfg.server, self.token)  # before anything is built: a refusal costs nothing
 
         env = make_training_env(cfg, num_envs=1)  # read its spec: what the agent sees, frames stacked
         obs_spec, action_dim = dict(env.obs_spec), env.action_dim
@@ -303,13 +304,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     saved = run_dir / "config.yaml"
     if saved.exists():
         _check_same_experiment(cfg, saved)
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True)
+    learner = Learner(learner_cfg, run_dir)
+    if not saved.exists():
         OmegaConf.save(cfg, saved, resolve=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    learner = Learner(learner_cfg, run_dir)
     learner.start_serving()
     log.info(
         "learner for %s (%s) at %s:%d, run directory %s",

@@ -162,6 +162,19 @@ def test_replay_group_keeps_streams_apart_samples_by_size_and_keeps_flags():
     assert torch.equal(restored.streams["a"].buffer.reward, storage.streams["a"].buffer.reward)
 
 
+def test_pixel_streams_store_each_frame_once_and_sample_stacks():
+    spec = {"pixels": TensorSpec((2, 4, 4), torch.uint8), "state": TensorSpec((3,))}  # 2 stacked 1-channel frames
+    make = replay_factory(spec, 2, 64, frame_stack=2, n_step=1, gamma=0.9, device=torch.device("cpu"))
+    storage = ReplayGroup(spec, 2, 64, make)
+    storage.add("cam", transitions(steps=5, envs=2, spec=spec))
+    storage.cut("cam")
+    storage.add("cam", transitions(steps=3, envs=2, spec=spec))
+    assert type(storage.streams["cam"].buffer).__name__ == "FrameReplay"
+    batch = storage.sample(16)
+    assert batch.obs["pixels"].shape == (16, 2, 4, 4) and batch.obs["pixels"].dtype == torch.uint8
+    assert storage.stats()["cam"]["transitions"] == 16
+
+
 def test_a_cut_stream_sums_no_n_step_return_across_the_cut():
     storage = group(n_step=3)
     first = transitions(steps=2, envs=1, spec=STATE_SPEC)

@@ -85,8 +85,11 @@ class LearnerService:
         check_version(header)
         actor, session = actor_id(header), field(header, "session", str)
         num_envs, task = field(header, "num_envs", int), field(header, "task", str)
-        if num_envs < 1:
-            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"num_envs must be >= 1, got {num_envs}")
+        if not 1 <= num_envs <= self.storage.capacity:
+            raise RpcFailure(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"num_envs must be between 1 and the replay capacity {self.storage.capacity}, got {num_envs}",
+            )
         if task != self.spec.task:
             raise RpcFailure(
                 grpc.StatusCode.FAILED_PRECONDITION, f"the actor runs task {task!r}, this learner {self.spec.task!r}"
@@ -97,12 +100,10 @@ class LearnerService:
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"this learner takes at most {self.spec.max_actors} actors (max_actors); {actor!r} is one more",
                 )
-            stream = self.storage.streams.get(actor)
-            if stream is not None and stream.num_envs != num_envs:
-                raise RpcFailure(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"actor {actor!r} fed {stream.num_envs} envs per step before, now {num_envs}: use a new actor_id",
-                )
+            try:
+                self.storage.open_stream(actor, num_envs)  # its buffer, allocated now: misfits fail here, by name
+            except ValueError as err:
+                raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from None
             delivery, new_session = self.ledger.register(
                 actor, session, num_envs, time.monotonic(), self.spec.heartbeat_timeout_s
             )
@@ -215,8 +216,8 @@ class LearnerService:
                 header, tensors = decode(record, max(self.spec.max_message_bytes, len(record)))
                 actor, session, seq = actor_id(header), field(header, "session", str), field(header, "seq", int)
                 num_envs = int(tensors["reward"].shape[1])
-                steps = check_transitions(
-                    tensors, self.spec.obs_spec, self.spec.action_dim, num_envs, self.spec.max_batch_steps
+                steps = check_transitions(  # accepted once: a smaller max_batch_steps now must not drop it
+                    tensors, self.spec.obs_spec, self.spec.action_dim, num_envs, max_steps=len(tensors["reward"])
                 )
                 with self.lock:
                     delivery, new_session = self.ledger.register(actor, session, num_envs, now=0.0, live_s=0.0)
