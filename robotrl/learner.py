@@ -212,14 +212,14 @@ class Learner:
                     checkpointed = received
                     self.checkpoint(writer, update_metrics)
                 self._watch_actors()
+            # a failure skips this last checkpoint (a diverged agent must not overwrite a good one); what was
+            # acknowledged is in the write-ahead log either way
+            self.checkpoint(writer, update_metrics)
         finally:
-            try:
-                self.checkpoint(writer, update_metrics)
-            finally:
-                if self.server is not None:
-                    self.server.stop(grace=1.0).wait(5.0)
-                writer.close()
-                self.wal.close()
+            if self.server is not None:
+                self.server.stop(grace=1.0).wait(5.0)
+            writer.close()
+            self.wal.close()
         return service.snapshot()
 
     def checkpoint(self, writer: MetricsWriter, update_metrics: UpdateMetrics) -> None:

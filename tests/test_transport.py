@@ -18,7 +18,7 @@ from robotrl.runtime.transport.client import LearnerClient, request
 from robotrl.runtime.transport.config import ConnectConfig, ServeConfig
 from robotrl.runtime.transport.ledger import Arrival, Ledger
 from robotrl.runtime.transport.protocol import RpcFailure
-from robotrl.runtime.transport.sender import Outbox
+from robotrl.runtime.transport.sender import Outbox, backoff_delay
 from robotrl.runtime.transport.server import serve
 from robotrl.runtime.transport.storage import ReplayGroup, replay_factory
 from robotrl.runtime.transport.wal import WriteAheadLog
@@ -220,6 +220,12 @@ def test_write_ahead_log_survives_a_torn_tail_and_truncates(tmp_path):
     assert wal.read() == [b"one", b"two" * 100, b"three"]
     wal.truncate()
     assert wal.read() == [] and wal.size_bytes == 0
+
+
+def test_reconnect_backoff_doubles_up_to_its_cap_however_long_the_learner_is_away():
+    cfg = ConnectConfig(backoff_min_s=0.1, backoff_max_s=2.0)
+    assert 0.08 <= backoff_delay(1, cfg) <= 0.12 and 0.16 <= backoff_delay(2, cfg) <= 0.24
+    assert 1.6 <= backoff_delay(10_000, cfg) <= 2.4
 
 
 def test_outbox_never_blocks_and_drops_the_oldest_when_full():

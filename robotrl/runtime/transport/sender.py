@@ -96,7 +96,7 @@ class Outbox:
 
 def backoff_delay(failures: int, cfg: ConnectConfig) -> float:
     """Exponential in the failures so far, capped, with +-20% jitter so actors do not reconnect in lockstep."""
-    return min(cfg.backoff_max_s, cfg.backoff_min_s * 2 ** max(failures - 1, 0)) * random.uniform(0.8, 1.2)
+    return min(cfg.backoff_max_s, cfg.backoff_min_s * 2 ** min(max(failures - 1, 0), 30)) * random.uniform(0.8, 1.2)
 
 
 def register_until_accepted(
