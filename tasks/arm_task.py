@@ -178,6 +178,8 @@ class TaskVecEnv:
         self._t += 1
         next_obs = self._observe()
         reward, success, terminated = self.task.evaluate()
+        if self.task.cfg.terminate_on_success:
+            terminated = terminated | success
         truncated = (self._t >= self.task.episode_steps) & ~terminated
         done = terminated | truncated
         obs = next_obs

@@ -33,6 +33,7 @@ class ArmTaskConfig:
     max_ee_step: float = 0.05  # metres per control step at |action| = 1
     max_joint_step: float = 0.1  # radians per control step at |action| = 1 (joint_delta)
     success_threshold: float = 0.05  # metres (as gymnasium-robotics Fetch)
+    terminate_on_success: bool = False  # end the episode at the first success (HIL-SERL's setting)
     obs: str = "state"  # state | pixels | state+pixels
     cameras: list[str] = field(default_factory=lambda: ["front"])  # pixel observation cameras: front, wrist
     image_size: int = 84  # square pixel observations, 64 to 128

@@ -83,6 +83,17 @@ def test_sparse_reward_is_success_minus_one(name):
     assert reward.item() == success.float().item() - 1.0 and not terminated.any()
 
 
+def test_terminate_on_success_ends_the_episode_at_the_first_success():
+    env = _env("panda_reach", terminate_on_success=True)
+    env.reset(seed=0)
+    for step in range(env.task.episode_steps):
+        result = env.step(env.task.expert_action())
+        if result.success.any():
+            break
+    assert result.terminated.item() and not result.truncated.item() and step < env.task.episode_steps - 1
+    assert not env.step(torch.zeros(1, env.action_dim)).success.any()  # a fresh episode started
+
+
 def test_push_goals_start_away_from_the_puck_and_success_means_on_the_goal():
     env = _env("panda_push", num_envs=64)
     env.reset(seed=0)
