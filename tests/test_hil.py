@@ -387,3 +387,25 @@ def test_chunk_critic_and_drqv2_learn_from_mixed_batches_with_behaviour_cloning(
     batch = _mixed(pixels, 2, n_step=3, pixels=True).sample(8)
     assert int(batch.demo.sum()) == 4 and batch.obs["pixels"].shape == (8, 9, 64, 64)
     assert torch.isfinite(drq.update(batch)["bc_loss"])
+
+
+def test_q_filter_clones_only_the_recorded_actions_the_critic_rates_higher():
+    agent = SAC(SACConfig(actor_hidden=[16], critic_hidden=[16], bc_weight=1.0, bc_q_filter=True), SPEC, 2)
+    features = agent.encoder({"x": torch.randn(256, 3)})
+    recorded, own = torch.rand(256, 2) * 2 - 1, torch.rand(256, 2) * 2 - 1
+    keep = agent._prefers_recorded(features, recorded, own)
+    with torch.no_grad():
+        q_recorded = agent.critic(torch.cat([features, recorded], -1)).min(0).values.squeeze(-1)
+        q_own = agent.critic(torch.cat([features, own], -1)).min(0).values.squeeze(-1)
+    assert torch.equal(keep, q_recorded >= q_own) and 0 < int(keep.sum()) < 256
+    assert agent._prefers_recorded(features, own, own).all()
+    obs = {"x": torch.randn(32, 3)}
+    batch = Batch(
+        obs,
+        torch.rand(32, 2) * 2 - 1,
+        torch.zeros(32, 1),
+        torch.ones(32, 1),
+        obs,
+        demo=torch.ones(32, dtype=torch.bool),
+    )
+    assert torch.isfinite(agent.update(batch)["bc_loss"])

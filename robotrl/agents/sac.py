@@ -69,6 +69,9 @@ class SACConfig:
     # Behaviour cloning on offline rows (demonstrations and interventions, `Batch.demo`): the actor's loss
     # adds bc_weight * the mean squared distance of its deterministic action to the recorded one.
     bc_weight: float = 0.0
+    # Clone a recorded action only where the critic rates it above the policy's own (the Q-filter of Nair
+    # et al., 2018): demonstrations then guide the policy without holding it at the demonstrator's speed.
+    bc_q_filter: bool = False
 
     def validate(self) -> None:
         positive = (
@@ -293,9 +296,20 @@ class SAC(Agent):
         actor_loss = (alpha * log_prob - q).mean()
         bc_loss = None
         if self.cfg.bc_weight > 0 and batch.demo is not None:
-            bc_loss = behaviour_cloning_loss(policy.mode, self.batch_action(batch), batch.demo)
+            recorded, demo = self.batch_action(batch), batch.demo
+            if self.cfg.bc_q_filter:
+                demo = demo & self._prefers_recorded(features, recorded, policy.mode.detach())
+            bc_loss = behaviour_cloning_loss(policy.mode, recorded, demo)
             actor_loss = actor_loss + self.cfg.bc_weight * bc_loss
         return actor_loss, log_prob.detach(), bc_loss
+
+    @torch.no_grad()
+    def _prefers_recorded(self, features: torch.Tensor, recorded: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+        """[B] bool: rows where the critics' minimum rates the recorded action at least as high as `own`."""
+        both = torch.cat([torch.cat([features, recorded], -1), torch.cat([features, own], -1)])
+        q = self.critic(both).min(dim=0).values.squeeze(-1)
+        q_recorded, q_own = q.chunk(2)
+        return q_recorded >= q_own
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:
