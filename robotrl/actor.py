@@ -2,16 +2,23 @@
 
 robotrl-actor task=panda_reach learner.address=gpu-box:50051 actor_id=arm1
 robotrl-actor task=gym task.env_id=Pendulum-v1 num_envs=4 learner.tls_ca=ca.pem   # token: $ROBOTRL_TOKEN
+robotrl-actor task=panda_pick_cube hil.operator=spacemouse      # a person corrects the policy (HIL-SERL)
 
 The actor needs only the task and the learner's address: at registration the learner sends the agent's
 config and observation spec, and the actor builds the same agent. Its control loop never waits on the
 network (robotrl/runtime/transport/sender.py does that on its own thread): while the learner is away it
 keeps acting with the weights it has, queues batches in a bounded outbox and resends them when the
 learner is back.
+
+With `hil.operator` (scripted, keyboard, spacemouse, gamepad) the env is wrapped for takeover exactly as the
+single-process loop wraps it (robotrl/hil/setup.py: wrap_for_hil; a learned reward with
+`hil.reward_classifier`): the transitions carry the executed (operator's) actions and the `intervened`
+flags, and the learner copies the intervened steps into its offline buffer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import secrets
@@ -31,6 +38,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.config import register_configs
+from robotrl.hil.config import HILConfig
+from robotrl.hil.intervention import InterventionEnv
+from robotrl.hil.scripted_operator import ScriptedOperatorConfig
+from robotrl.hil.setup import wrap_for_hil
 from robotrl.runtime.env import StepResult, VecEnv
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
@@ -41,6 +52,21 @@ from robotrl.runtime.transport.wire import WireError, spec_from_json
 from robotrl.tasks import TASK_CONFIGS
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class ActorHILConfig:
+    """The actor's side of `hil.*` (robotrl/hil/config.py): who takes over, and a learned reward. The
+    demonstrations and the offline share belong to the learner (robotrl/learner.py: LearnerHILConfig)."""
+
+    operator: str = "none"  # who takes over: none | scripted (the task's expert) | keyboard | spacemouse | gamepad
+    on_disconnect: str = "resume"  # a teleop device that disconnects: resume (the policy acts) | stop the episode
+    teleop_gain: float = 1.0  # scales the device's command before it is clipped to [-1, 1]
+    scripted: ScriptedOperatorConfig = field(default_factory=ScriptedOperatorConfig)
+    reward_classifier: str | None = None  # a robotrl-train-classifier output dir: its verdict is reward and success
+
+    def validate(self) -> None:
+        HILConfig(**dataclasses.asdict(self) | {"scripted": self.scripted}).validate()
 
 
 @dataclass
@@ -59,9 +85,11 @@ class ActorConfig:
     connect_timeout_s: float = 0.0  # how long to wait for the first registration; 0: forever
     flush_s: float = 10.0  # at exit, how long queued batches may take to be acknowledged
     log_interval: int = 1000
+    hil: ActorHILConfig = field(default_factory=ActorHILConfig)  # the operator's takeover, a learned reward
 
     def validate(self) -> None:
         self.learner.validate()
+        self.hil.validate()
         for name in ("num_envs", "batch_steps", "outbox_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -167,6 +195,7 @@ class Actor:
         self.session = secrets.token_hex(8)
         self.env_step = 0
         self.episodes = 0
+        self.interventions = 0  # intervened transitions (the operator's actions were executed)
         self.weights_version: int | None = None
         self.weights_loaded = 0  # weights versions loaded so far
         self.sender: Sender | None = None
@@ -202,6 +231,12 @@ class Actor:
             env = self._make_env(agent_cfg)
         else:
             env = make_training_env(SimpleNamespace(task=cfg.task, agent=agent_cfg), cfg.num_envs)
+        try:
+            env = wrap_for_hil(env, cfg.hil)  # the operator's takeover and a learned reward, as the loop's env
+        except BaseException:
+            env.close()
+            client.close()
+            raise
         if dict(env.obs_spec) != learner_spec or env.action_dim != action_dim:
             env.close()
             client.close()
@@ -234,6 +269,7 @@ class Actor:
         if self.run_dir is not None:
             from robotrl.runtime.metrics import MetricsWriter
 
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             writer = MetricsWriter(self.run_dir)
         period = 1.0 / cfg.control_hz if cfg.control_hz else 0.0
         next_tick = time.monotonic()
@@ -249,12 +285,16 @@ class Actor:
                 warm_up = max(self.env_step, sender.learner_env_steps) < self.learning_starts
                 transition, result = stepper.step(random_action=self.weights_version is None or warm_up)
                 self.episodes += episodes.record(result.reward, result.success, result.terminated | result.truncated)
+                self.interventions += int(transition["intervened"].sum())
                 prev, self.env_step = self.env_step, self.env_step + cfg.num_envs
                 sender.actor_env_step = self.env_step
                 if batcher.add(transition):
                     self.outbox.put(batcher.pop(), cfg.batch_steps * cfg.num_envs, self.env_step)
                 if writer is not None and self.env_step // cfg.log_interval > prev // cfg.log_interval:
-                    writer.write(self.env_step, {**episodes.flush(env.has_success), **self._scalars()})
+                    scalars = {**episodes.flush(env.has_success), **self._scalars()}
+                    if isinstance(env, InterventionEnv):  # interventions per episode, rate, the operator's own
+                        scalars.update({f"hil/{k}": v for k, v in env.flush_stats().items()})
+                    writer.write(self.env_step, scalars)
                 if period:
                     next_tick = max(next_tick + period, time.monotonic() - period)
                     time.sleep(max(0.0, next_tick - time.monotonic()))
@@ -284,6 +324,7 @@ class Actor:
         return {
             "env_steps": self.env_step,
             "episodes": self.episodes,
+            "interventions": self.interventions,
             "weights_version": self.weights_version,
             "weights_loaded": self.weights_loaded,
             "acked_env_steps": sender.acked_env_steps if sender else 0,

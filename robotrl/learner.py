@@ -3,6 +3,7 @@
 robotrl-learner task=panda_reach agent=sac                      # loopback only, port 50051
 robotrl-learner server.host=0.0.0.0 server.token_file=token server.tls_cert=cert.pem server.tls_key=key.pem
 robotrl-learner hydra.run.dir=runs/learner/arm                  # restarted: resumes what that directory holds
+robotrl-learner task=panda_pick_cube hil.demos=[demos/pick] agent.bc_weight=1.0   # HIL-SERL's learner side
 
 Each actor's steps land in its own replay stream (robotrl/runtime/transport/storage.py). The update loop
 runs `agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have
@@ -10,6 +11,12 @@ arrived, and publishes a new weights version every `weights_every` updates. A ba
 once it is appended and fsynced to `<run dir>/wal.log`; a checkpoint (which holds the replay) empties that
 log. A learner restarted in the same run directory loads the latest checkpoint, then replays the log, so
 nothing it acknowledged is lost.
+
+Human in the loop, split as HIL-SERL runs it: the operator sits at the actor (robotrl-actor hil.operator=...),
+the demonstrations here (`hil.demos`). The storage keeps one offline buffer shared by all actors: the
+demonstrations, loaded once at the first start (a checkpoint holds them after that), and every intervened
+step the actors send, copied there as contiguous runs; `hil.offline_ratio` of each batch comes from it
+(RLPD's 0.5 by default), marked in `Batch.demo` for the agent's optional behaviour-cloning term.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS, make_agent
 from robotrl.config import register_configs
+from robotrl.data.mixer import RatioSchedule
+from robotrl.hil.config import HILConfig
 from robotrl.runtime.checkpoint import LATEST, latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.metrics import MetricsWriter, UpdateMetrics
@@ -47,6 +56,24 @@ from robotrl.tasks import TASK_CONFIGS
 log = logging.getLogger(__name__)
 
 UPDATES_PER_TURN = 16  # updates between looks at the clock (logging, weights, checkpoints, stop)
+
+
+@dataclass
+class LearnerHILConfig:
+    """The learner's side of `hil.*` (robotrl/hil/config.py): the offline buffer and its share of each batch.
+    The operator and a learned reward belong to the actor (robotrl/actor.py: ActorHILConfig)."""
+
+    demos: list[str] = field(default_factory=list)  # recorded datasets (robotrl-record) for the offline buffer
+    offline_ratio: float = 0.5  # share of each batch drawn from the offline buffer (RLPD: 0.5)
+    offline_ratio_final: float | None = None  # if set, the share moves linearly to this value ...
+    offline_ratio_steps: int = 0  # ... over this many env steps received
+    offline_capacity: int = 200_000  # transitions the offline buffer keeps (demonstrations + interventions)
+
+    def validate(self) -> None:
+        HILConfig(**dataclasses.asdict(self)).validate()
+
+    def schedule(self) -> RatioSchedule:
+        return RatioSchedule(self.offline_ratio, self.offline_ratio_final, self.offline_ratio_steps)
 
 
 @dataclass
@@ -66,9 +93,11 @@ class LearnerConfig:
     log_interval: int = 1000  # env steps received
     checkpoint_interval: int = 10_000  # env steps received between checkpoints (bounds the write-ahead log)
     keep_checkpoints: int = 2
+    hil: LearnerHILConfig = field(default_factory=LearnerHILConfig)  # demonstrations, offline share
 
     def validate(self) -> None:
         self.server.validate()
+        self.hil.validate()
         for name in (
             "replay_capacity",
             "max_actors",
@@ -110,16 +139,20 @@ class Learner:
         task_name = env.name
         env.close()
         self.agent = make_agent(cfg.agent, obs_spec, action_dim, self.device)
-        make_buffer = replay_factory(
+        self.obs_spec, self.action_dim, self.frame_stack = obs_spec, action_dim, frame_stack
+        buffer_args = (frame_stack, self.agent.replay_n_step, cfg.agent.gamma, self.device)
+        make_buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *buffer_args)
+        make_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *buffer_args)
+        self.storage = ReplayGroup(
             obs_spec,
             action_dim,
             cfg.replay_capacity,
-            frame_stack,
-            self.agent.replay_n_step,
-            cfg.agent.gamma,
+            make_buffer,
             self.device,
+            make_offline=lambda: make_offline(1),  # one shared offline buffer, one env column
+            schedule=cfg.hil.schedule(),
         )
-        self.storage = ReplayGroup(obs_spec, action_dim, cfg.replay_capacity, make_buffer, self.device)
+        self.demos_loaded: list[str] = []  # datasets in the offline buffer (kept in checkpoints' counters)
         spec = LearnerSpec(
             task=cfg.task.name,
             agent=dataclasses.asdict(cfg.agent),
@@ -140,9 +173,12 @@ class Learner:
         self.server = None
         self.port: int | None = None
         self._alive: set[str] = set()
+        self.started = time.monotonic()
+        self._episodes_logged = self._episode_counts()
 
     def _restore(self) -> bool:
-        """Load the latest checkpoint, if any, then the write-ahead log; True if anything was restored."""
+        """Load the latest checkpoint, if any, and the demonstrations it does not hold, then the write-ahead log
+        (the order in which they first arrived); True if anything was restored."""
         service, resumed = self.service, False
         if (self.ckpt_root / LATEST).exists():
             path = latest_checkpoint(self.ckpt_root)
@@ -151,8 +187,10 @@ class Learner:
             service.ledger.load_state(counters["streams"])
             service.env_steps = self.clock_steps = counters["env_steps"]
             service.last_checkpoint_step = counters["env_steps"]
+            self.demos_loaded = list(counters.get("hil_demos", []))
             resumed = True
             log.info("resumed from %s at %d env steps, %d updates", path, counters["env_steps"], counters["updates"])
+        self._load_demos()
         replayed = service.replay_log()
         if replayed:
             log.info("restored %d acknowledged batches from the write-ahead log", replayed)
@@ -161,8 +199,26 @@ class Learner:
             self.board.publish(self.agent, self.agent.num_updates)  # actors get the resumed weights at once
         return resumed or replayed > 0
 
+    def _load_demos(self) -> None:
+        """Write the `hil.demos` datasets not in the offline buffer yet into it (all of them at the first start;
+        after a restart the checkpoint holds those it had)."""
+        from robotrl.hil.setup import load_demos
+
+        paths = [str(Path(p).resolve()) for p in self.cfg.hil.demos]
+        for gone in sorted(set(self.demos_loaded) - set(paths)):
+            log.warning("demonstrations %s are no longer in hil.demos but stay in the offline buffer", gone)
+        new = [p for p in paths if p not in self.demos_loaded]
+        if not new:
+            return
+        written = self.storage.load_demos(
+            lambda offline: load_demos(new, offline, self.obs_spec, self.action_dim, self.frame_stack)
+        )
+        self.demos_loaded += new
+        log.info("offline buffer: %d demonstration transitions from %d datasets", written, len(new))
+
     def start_serving(self) -> int:
         self.server, self.port = serve(self.service.handlers(), self.cfg.server, self.token)
+        self.started = time.monotonic()  # actors get server.heartbeat_timeout_s from here to come back
         (self.run_dir / "learner_address").write_text(f"{self.cfg.server.host}:{self.port}\n")
         return self.port
 
@@ -230,21 +286,34 @@ class Learner:
             if step == service.last_checkpoint_step:
                 return  # nothing arrived since: the log is empty, the checkpoint current but for updates
             writer.write(step, update_metrics.flush(step))  # raises on a non-finite loss: nothing is saved
-            counters = {"env_steps": step, "updates": self.agent.num_updates, "streams": service.ledger.state()}
+            counters = {
+                "env_steps": step,
+                "updates": self.agent.num_updates,
+                "streams": service.ledger.state(),
+                "hil_demos": self.demos_loaded,
+            }
             save_checkpoint(self.ckpt_root, step, self.agent, self.storage, counters, keep=self.cfg.keep_checkpoints)
             self.wal.truncate()
             service.last_checkpoint_step = step
         log.info("checkpoint at %d env steps, %d updates", step, self.agent.num_updates)
 
     def _watch_actors(self) -> None:
-        """Log actors going silent (no call within server.heartbeat_timeout_s) and coming back."""
+        """Log actors going silent (no call within server.heartbeat_timeout_s) and coming back; close the open
+        intervention runs of actors that are not live (after a restart, once they had that long to come back),
+        so their corrections reach the offline buffer even if the actor never returns."""
+        now, timeout = time.monotonic(), self.cfg.server.heartbeat_timeout_s
         with self.service.lock:
-            alive = set(self.service.ledger.alive(time.monotonic(), self.cfg.server.heartbeat_timeout_s))
+            alive = set(self.service.ledger.alive(now, timeout))
+            stranded = [a for a in self.storage.streams if a not in alive and self.storage.open_run_steps(a)]
         for actor in sorted(self._alive - alive):
-            log.warning("actor %r lost: silent for over %.1f s", actor, self.cfg.server.heartbeat_timeout_s)
+            log.warning("actor %r lost: silent for over %.1f s", actor, timeout)
         for actor in sorted(alive - self._alive):
             log.info("actor %r is live", actor)
         self._alive = alive
+        if stranded and now - self.started >= timeout:
+            for actor in stranded:
+                written = self.service.end_open_runs(actor)
+                log.info("closed actor %r's open intervention runs: %d transitions offline", actor, written)
 
     def _advance_clock(self, received: int) -> None:
         """The learner's agent mirrors the actors' clock as the single-process loop's shared agent does (DrQ-v2's
@@ -257,7 +326,7 @@ class Learner:
         status = self.service.snapshot()
         elapsed = max(time.perf_counter() - last[0], 1e-9)
         streams = status["streams"].values()
-        return {
+        scalars = {
             "learner/env_steps_per_s": (status["env_steps"] - last[1]) / elapsed,
             "learner/updates_per_s": (status["updates"] - last[2]) / elapsed,
             "learner/actors_alive": float(status["actors_alive"]),
@@ -266,6 +335,23 @@ class Learner:
             "learner/interventions": float(sum(s["interventions"] for s in streams)),
             "learner/rejected": float(status["rejected"]),
         }
+        offline = status["offline"]
+        if offline is not None:
+            with self.service.lock:
+                scalars["hil/offline_ratio"] = self.storage.offline_ratio
+            scalars["hil/offline_transitions"] = float(offline["stored"])
+            scalars["hil/offline_interventions"] = float(offline["interventions"])
+        (episodes, intervened), (episodes_before, intervened_before) = self._episode_counts(), self._episodes_logged
+        if episodes > episodes_before and scalars["learner/interventions"]:  # all actors, episodes ended since
+            scalars["hil/interventions_per_episode"] = (intervened - intervened_before) / (episodes - episodes_before)
+        self._episodes_logged = (episodes, intervened)
+        return scalars
+
+    def _episode_counts(self) -> tuple[int, int]:
+        """(episodes ended, their intervened steps), all streams, ever."""
+        with self.service.lock:
+            streams = self.storage.streams.values()
+            return sum(s.episodes for s in streams), sum(s.episode_interventions for s in streams)
 
 
 # ---- Hydra entry point -----------------------------------------------------------------------------------

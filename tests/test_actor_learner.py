@@ -1,7 +1,8 @@
 """robotrl-learner in its own process, actors in this one, over real gRPC: transitions with intervention flags
 reach the learner's storage, weights versions reach the actors, two actors feed one learner, malformed pushes
-are refused while the learner serves on, and a learner SIGKILLed and restarted from its run directory loses
-no transition it acknowledged while the actor keeps acting."""
+are refused while the learner serves on, a learner SIGKILLed and restarted from its run directory loses
+no transition it acknowledged while the actor keeps acting, and human in the loop split as HIL-SERL runs it
+(the operator at the actor, the demonstrations at the learner) fills one offline buffer that survives a crash."""
 
 import json
 import os
@@ -20,11 +21,14 @@ import torch
 from helpers import REPO, run_module
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
+from robotrl.tasks import TASK_CONFIGS, make_env
 from robotrl.tasks.configs import GymTaskConfig
 from safetensors.torch import save
 
-from robotrl.actor import Actor, ActorConfig, to_actor_config
-from robotrl.learner import to_learner_config
+from robotrl.actor import Actor, ActorConfig, ActorHILConfig, to_actor_config
+from robotrl.data.dataset import Episode, EpisodeDataset
+from robotrl.data.spec import TensorSpec
+from robotrl.learner import Learner, to_learner_config
 from robotrl.runtime.loop import make_training_env
 from robotrl.runtime.metrics import read_metrics
 from robotrl.runtime.transport.client import LearnerClient, request
@@ -67,9 +71,9 @@ def wait_for(condition, timeout, what):
 class LearnerProcess:
     """robotrl-learner in its own process, on a fixed port and run directory (so it can be killed and restarted)."""
 
-    def __init__(self, run_dir, port, *extra):
+    def __init__(self, run_dir, port, *extra, base=LEARNER_ARGS):
         self.run_dir, self.port = run_dir, port
-        self.args = [sys.executable, "-m", "robotrl.learner", *LEARNER_ARGS, *extra]
+        self.args = [sys.executable, "-m", "robotrl.learner", *base, *extra]
         self.args += [f"server.port={port}", f"hydra.run.dir={run_dir}"]
         self.log_path = run_dir.parent / f"{run_dir.name}.log"
         self.client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=2))
@@ -133,12 +137,12 @@ class ScriptedTakeover:
 
 def actor_config(port, **overrides):
     learner = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
-    settings = {"batch_steps": 10, "control_hz": 250.0, "connect_timeout_s": 60.0, "flush_s": 10.0, **overrides}
-    return ActorConfig(task=TASK, learner=learner, **settings)
+    settings = {"task": TASK, "batch_steps": 10, "control_hz": 250.0, "connect_timeout_s": 60.0, "flush_s": 10.0}
+    return ActorConfig(learner=learner, **{**settings, **overrides})
 
 
-def start_actor(cfg, make_env=None):
-    actor, stop, result = Actor(cfg, make_env=make_env), threading.Event(), {}
+def start_actor(cfg, make_env=None, run_dir=None):
+    actor, stop, result = Actor(cfg, run_dir, make_env=make_env), threading.Event(), {}
 
     def target():
         try:
@@ -170,7 +174,11 @@ def test_learner_and_actor_configs_are_structured():
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
         learner_cfg = to_learner_config(compose("learner", ["task=gym", "server.port=6000", "weights_every=5"]))
         actor_cfg = to_actor_config(compose("actor", ["task=gym", "learner.address=gpu-box:6000", "actor_id=arm-1"]))
-        for name, typo in (("learner", "server.prot=1"), ("learner", "weights_evry=5"), ("actor", "learner.adress=x")):
+        hil_actor = to_actor_config(compose("actor", ["task=panda_pick_cube", "hil.operator=spacemouse"]))
+        hil_learner = to_learner_config(compose("learner", ["hil.demos=[d1,d2]", "hil.offline_ratio=0.25"]))
+        typos = [("learner", "server.prot=1"), ("learner", "weights_evry=5"), ("actor", "learner.adress=x")]
+        typos += [("actor", "hil.demos=[d]"), ("learner", "hil.operator=scripted")]  # each side has its own part
+        for name, typo in typos:
             with pytest.raises(ConfigCompositionException) as err:
                 compose(name, [typo])
             assert typo.split("=")[0].split(".")[-1] in str(err.value.__cause__)
@@ -178,8 +186,14 @@ def test_learner_and_actor_configs_are_structured():
             to_actor_config(compose("actor", ["learner.address=gpu-box"]))
         with pytest.raises(ValueError, match="actor_id must be"):
             to_actor_config(compose("actor", ["actor_id=arm/1"]))
+        with pytest.raises(ValueError, match=r"hil\.operator must be one of"):
+            to_actor_config(compose("actor", ["hil.operator=telepathy"]))
+        with pytest.raises(ValueError, match=r"hil\.offline_ratio"):
+            to_learner_config(compose("learner", ["hil.offline_ratio=2"]))
     assert learner_cfg.server.host == "127.0.0.1" and learner_cfg.server.port == 6000 and learner_cfg.weights_every == 5
     assert learner_cfg.agent.name == "sac" and actor_cfg.learner.address == "gpu-box:6000"
+    assert hil_actor.hil.operator == "spacemouse" and hil_learner.hil.demos == ["d1", "d2"]
+    assert hil_learner.hil.offline_ratio == 0.25 and learner_cfg.hil.demos == []
 
 
 def test_two_actors_stream_flagged_transitions_and_receive_weights(learner, tmp_path):
@@ -293,3 +307,135 @@ def test_learner_killed_and_restarted_loses_no_acknowledged_transition(learner):
     assert summary["unacked_batches"] == 0 and summary["dropped_env_steps"] == 0
     stored = learner.status()["streams"]["rover"]["transitions"]
     assert stored == summary["env_steps"] == summary["acked_env_steps"]
+
+
+# ---- human in the loop over the split ----------------------------------------------------------------------
+
+PICK = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", episode_steps=30)
+PICK_ARGS = [
+    "task=panda_pick_cube",
+    "task.episode_steps=30",
+    "agent.batch_size=32",
+    "agent.actor_hidden=[32,32]",
+    "agent.critic_hidden=[32,32]",
+    "learning_starts=100",
+    "weights_every=20",
+    "log_interval=100",
+    "replay_capacity=5000",
+    "checkpoint_interval=150",  # one checkpoint mid-run: the rest is in the write-ahead log at the kill
+    "hil.offline_ratio=0.25",
+    "hil.offline_capacity=2000",
+    "server.heartbeat_timeout_s=1.5",
+]
+
+
+def write_demos(path, episodes=2, steps=12):
+    """A dataset as robotrl-record writes it (random contents of the task's shapes); returns its steps."""
+    env = make_env(PICK, num_envs=1)
+    spec, action_dim = dict(env.obs_spec), env.action_dim
+    env.close()
+    dataset = EpisodeDataset.create(path, spec, action_dim, {"task": "panda_pick_cube"})
+    flag = torch.zeros(steps, dtype=torch.bool)
+    for _ in range(episodes):
+        obs = {k: torch.randn(steps + 1, *s.shape).to(s.dtype) for k, s in spec.items()}
+        action = torch.rand(steps, action_dim) * 2 - 1
+        last = torch.arange(steps) == steps - 1
+        dataset.append(Episode(obs, action, torch.zeros(steps), flag, last, flag, ~flag))
+    return episodes * steps, [e.action for e in dataset.load_all()]
+
+
+def rows_of(buffer, index, env=0):
+    """(action, reward, obs) of stored rows, as hashable tuples."""
+    obs = torch.cat([buffer.obs[k][index, env].flatten(1) for k in sorted(buffer.obs)], 1)
+    parts = torch.cat([buffer.action[index, env], buffer.reward[index, env].unsqueeze(1), obs], 1)
+    return [tuple(row) for row in parts.tolist()]
+
+
+def in_process_learner(run_dir, demos):
+    """The learner's state as a restart in `run_dir` rebuilds it (latest checkpoint, then the write-ahead log)."""
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = to_learner_config(compose("learner", [*PICK_ARGS, f"hil.demos=[{demos}]", "device=cpu"]))
+    return Learner(cfg, run_dir)
+
+
+def test_operator_corrections_and_demos_share_one_offline_buffer_that_survives_a_crash(tmp_path):
+    demos = tmp_path / "demos"
+    demo_steps, demo_actions = write_demos(demos)
+    run_dir = tmp_path / "learner"
+    learner = LearnerProcess(run_dir, free_port(), f"hil.demos=[{demos}]", base=PICK_ARGS)
+    try:
+        assert learner.status()["offline"] == {
+            "stored": demo_steps,
+            "demos": demo_steps,
+            "interventions": 0,
+            "open_run_steps": 0,
+        }
+        cfg = actor_config(learner.port, task=PICK, actor_id="arm", num_envs=2, total_steps=300, control_hz=100.0)
+        cfg.hil, cfg.log_interval = ActorHILConfig(operator="scripted"), 100  # the expert takes over drifts
+        summary = join_actor(*start_actor(cfg, run_dir=tmp_path / "actor")[2:])
+        assert summary["acked_env_steps"] == 300 and summary["interventions"] > 20 and summary["weights_loaded"]
+        actor_metrics = (tmp_path / "actor" / "metrics.csv").read_text()
+        assert ",hil/interventions_per_episode," in actor_metrics and ",hil/intervention_rate," in actor_metrics
+
+        def offline_complete():  # the actor went silent: its open runs were closed (and logged)
+            status = learner.status()
+            return status if status["offline"]["open_run_steps"] == 0 and not status["actors_alive"] else None
+
+        live = wait_for(offline_complete, 10, "the learner to close the silent actor's open runs")
+        stream = live["streams"]["arm"]
+        assert stream["interventions"] == summary["interventions"]  # flags and executed actions arrived
+        assert live["offline"] == {
+            "stored": demo_steps + summary["interventions"],
+            "demos": demo_steps,
+            "interventions": summary["interventions"],
+            "open_run_steps": 0,
+        }
+        assert live["updates"] > 0 and live["wal_records"] > 0 and 0 < live["last_checkpoint_step"] < 300
+        learner.kill()  # acknowledged batches after the checkpoint exist only in the write-ahead log
+    finally:
+        if learner.proc.poll() is None:
+            learner.kill()
+        learner.client.close()
+    metrics = (run_dir / "metrics.csv").read_text()
+    assert ",hil/offline_transitions," in metrics and ",hil/offline_ratio,0.25" in metrics
+    assert ",hil/interventions_per_episode," in metrics
+
+    restored = in_process_learner(run_dir, demos)  # restart: checkpoint + log, demos not loaded again
+    assert restored.service.wal_replayed > 0
+    storage = restored.storage
+    assert storage.offline_stats() == live["offline"] and storage.stats()["arm"] == {
+        k: v for k, v in stream.items() if k in storage.stats()["arm"]
+    }
+    offline, arm = storage.offline, storage.streams["arm"]
+    n = len(offline)
+    # the demonstrations first, in order; then exactly the intervened steps received, each once
+    assert torch.equal(offline.action[:demo_steps, 0], torch.cat(demo_actions))
+    flagged = arm.intervened[: arm.rows].nonzero()
+    received = sorted(rows_of(arm.buffer, flagged[:, 0], flagged[:, 1]))
+    assert sorted(rows_of(offline, torch.arange(demo_steps, n))) == received
+    ends = offline.truncated[:n, 0] | offline.terminated[:n, 0]
+    assert ends[demo_steps - 1] and ends[n - 1]  # every run closed, none runs into the next
+    batch = storage.sample(64)
+    assert int(batch.demo.sum()) == 16  # hil.offline_ratio=0.25 of every batch, marked as demo rows
+
+    restored.checkpoint(SimpleNamespace(write=lambda *_: None), restored_metrics())  # the offline buffer is in it
+    restored.wal.close()
+    again = in_process_learner(run_dir, demos)
+    again.wal.close()
+    assert again.service.wal_replayed == 0 and again.storage.offline_stats() == live["offline"]
+    assert torch.equal(again.storage.offline.obs["cube_pos"][:n], offline.obs["cube_pos"][:n])
+    assert torch.equal(again.storage.offline.truncated[:n], offline.truncated[:n])
+
+
+def test_a_learner_refuses_demonstrations_of_another_task_by_name(tmp_path):
+    bad = EpisodeDataset.create(tmp_path / "reach", {"state": TensorSpec((3,))}, 1)
+    flag, last = torch.zeros(2, dtype=torch.bool), torch.tensor([False, True])
+    bad.append(Episode({"state": torch.zeros(3, 3)}, torch.zeros(2, 1), torch.zeros(2), flag, last, flag, flag))
+    with pytest.raises(ValueError, match="actions have 1 entries, the task's 4"):
+        in_process_learner(tmp_path / "run", tmp_path / "reach")
+
+
+def restored_metrics():
+    from robotrl.runtime.metrics import UpdateMetrics
+
+    return UpdateMetrics()

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
+from robotrl.data.mixer import RatioSchedule
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.transport.client import LearnerClient, request
 from robotrl.runtime.transport.config import ConnectConfig, ServeConfig
@@ -20,8 +21,10 @@ from robotrl.runtime.transport.ledger import Arrival, Ledger
 from robotrl.runtime.transport.protocol import RpcFailure
 from robotrl.runtime.transport.sender import Outbox, backoff_delay
 from robotrl.runtime.transport.server import serve
+from robotrl.runtime.transport.service import LearnerService, LearnerSpec
 from robotrl.runtime.transport.storage import ReplayGroup, replay_factory
 from robotrl.runtime.transport.wal import WriteAheadLog
+from robotrl.runtime.transport.weights import WeightsBoard
 from robotrl.runtime.transport.wire import (
     WireError,
     check_transitions,
@@ -139,10 +142,12 @@ def test_replay_group_keeps_streams_apart_samples_by_size_and_keeps_flags():
     storage = group()
     storage.add("a", transitions(steps=6, envs=2, spec=STATE_SPEC, intervened_every=2))
     storage.add("b", transitions(steps=2, envs=1, spec=STATE_SPEC))
-    assert storage.stats() == {
+    counts = {k: {n: v[n] for n in ("transitions", "stored", "interventions")} for k, v in storage.stats().items()}
+    assert counts == {
         "a": {"transitions": 12, "stored": 12, "interventions": 3},
         "b": {"transitions": 2, "stored": 2, "interventions": 0},
     }
+    assert storage.offline is None  # no make_offline: intervened steps are only flagged
     assert storage.streams["a"].intervened[:6, 0].tolist() == [True, False] * 3
     torch.manual_seed(0)
     rewards_b = set(storage.streams["b"].buffer.reward[:2, 0].tolist())
@@ -160,6 +165,119 @@ def test_replay_group_keeps_streams_apart_samples_by_size_and_keeps_flags():
     assert restored.stats() == storage.stats()
     assert torch.equal(restored.streams["a"].intervened, storage.streams["a"].intervened)
     assert torch.equal(restored.streams["a"].buffer.reward, storage.streams["a"].buffer.reward)
+
+
+def hil_group(capacity=256, offline_capacity=256, ratio=0.25, n_step=1):
+    make = replay_factory(STATE_SPEC, 2, capacity, frame_stack=1, n_step=n_step, gamma=0.9, device=torch.device("cpu"))
+    offline = replay_factory(STATE_SPEC, 2, offline_capacity, 1, n_step, 0.9, torch.device("cpu"))
+    return ReplayGroup(STATE_SPEC, 2, capacity, make, make_offline=lambda: offline(1), schedule=RatioSchedule(ratio))
+
+
+def flagged(steps, envs, rows, start=0.0):
+    """A batch whose (step, env) pairs in `rows` are intervened; rewards number the transitions from `start`."""
+    batch = transitions(steps=steps, envs=envs, spec=STATE_SPEC)
+    batch["reward"] = start + torch.arange(steps * envs, dtype=torch.float32).view(steps, envs)
+    for t, e in rows:
+        batch["intervened"][t, e] = True
+    return batch
+
+
+def offline_rows(storage):
+    offline = storage.offline
+    n = len(offline)
+    return offline.reward[:n, 0].tolist(), (offline.truncated[:n, 0] | offline.terminated[:n, 0]).tolist()
+
+
+def test_intervened_steps_are_copied_to_one_shared_offline_buffer_as_runs_that_never_span_a_break():
+    storage = hil_group()
+    storage.add("a", flagged(4, 2, [(1, 0), (2, 0), (3, 0), (3, 1)], start=0))  # rewards 0..7: [t, e] = 2t + e
+    assert storage.offline_stats() == {"stored": 0, "demos": 0, "interventions": 0, "open_run_steps": 4}
+    storage.add("a", flagged(2, 2, [(0, 0)], start=100))  # env 0's run goes on across the batches, then ends
+    assert offline_rows(storage) == ([7.0, 2.0, 4.0, 6.0, 100.0], [True, False, False, False, True])
+    storage.add("b", flagged(2, 1, [(0, 0)], start=200))  # another actor's run, into the same buffer
+    storage.add("a", flagged(1, 2, [(0, 0)], start=300))
+    assert storage.open_run_steps("a") == 1
+    storage.cut("a")  # a gap or a new session: the open run ends at the cut, truncated
+    assert offline_rows(storage) == (
+        [7.0, 2.0, 4.0, 6.0, 100.0, 200.0, 300.0],
+        [True, False, False, False] + [True] * 3,
+    )
+    assert storage.offline_stats() == {"stored": 7, "demos": 0, "interventions": 7, "open_run_steps": 0}
+    assert storage.stats()["a"]["interventions"] == 6  # the stream keeps every step, flagged, as before
+    assert len(storage) == 8 + 4 + 2 + 2  # online: every transition, corrections included
+    assert storage.end_open_runs("a") == 0  # nothing open: a second cut writes nothing
+
+
+def test_batches_take_the_offline_share_marked_as_demo():
+    storage = hil_group(ratio=0.25)
+    storage.add("a", flagged(20, 2, []))
+    assert storage.sample(64).demo is None  # nothing offline yet: every row online
+    storage.load_demos(demos(5))
+    batch = storage.sample(64)
+    assert int(batch.demo.sum()) == 16 and (batch.reward[batch.demo] >= 1000).all()
+    assert (batch.reward[~batch.demo] < 1000).all()
+    assert storage.offline_stats()["demos"] == 5
+    storage.schedule = RatioSchedule(0.5, 0.0, 80)  # a schedule on the transitions received (40 so far)
+    assert storage.offline_ratio == pytest.approx(0.25) and int(storage.sample(64).demo.sum()) == 16
+    only_offline = hil_group(ratio=0.25)
+    only_offline.load_demos(demos(3))
+    assert only_offline.sample(8).demo.all()  # demonstrations, no actor yet
+
+
+def demos(n):
+    """A `load` for ReplayGroup.load_demos: n single-env rows with rewards 1000, 1001, ... as one run."""
+
+    def load(offline):
+        for i in range(n):
+            obs = {"state": torch.randn(1, 3)}
+            done = torch.tensor([i == n - 1])
+            offline.add(obs, torch.zeros(1, 2), torch.tensor([1000.0 + i]), obs, torch.tensor([False]), done)
+        return n
+
+    return load
+
+
+def test_replay_group_state_keeps_the_offline_buffer_and_open_runs_mid_intervention():
+    batches = [flagged(3, 2, [(1, 0), (2, 0), (2, 1)], start=0), flagged(3, 2, [(0, 0), (0, 1), (1, 1)], start=10)]
+    straight = hil_group()
+    straight.load_demos(demos(2))
+    for batch in batches:
+        straight.add("a", batch)
+
+    resumed = hil_group()
+    resumed.load_demos(demos(2))
+    resumed.add("a", batches[0])
+    saved = resumed.state_dict()
+    assert saved["streams.a.runs.count"].tolist() == [2, 1]  # runs open at the checkpoint are in it
+    resumed = hil_group()
+    resumed.load_state_dict(saved)
+    resumed.add("a", batches[1])
+    assert resumed.offline_stats() == straight.offline_stats()
+    assert offline_rows(resumed)[0][2:] == offline_rows(straight)[0][2:] == [2.0, 4.0, 10.0, 5.0, 11.0, 13.0]
+    assert offline_rows(resumed)[1] == offline_rows(straight)[1]
+    assert torch.equal(resumed.offline.obs["state"][2:8], straight.offline.obs["state"][2:8])
+    assert resumed.stats() == straight.stats()
+    with pytest.raises(ValueError, match="keeps none"):
+        group().load_state_dict(saved)
+
+
+def test_closing_a_silent_actors_runs_is_logged_so_a_replayed_log_rebuilds_the_offline_buffer(tmp_path):
+    def service():
+        spec = LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, MB, 1.0)
+        return LearnerService(spec, hil_group(), WriteAheadLog(tmp_path / "wal.log"), WeightsBoard("x"))
+
+    live = service()
+    live.register(request({"actor_id": "arm", "session": "s", "num_envs": 2, "task": "t"}))
+    header = {"actor_id": "arm", "session": "s", "env_step": 0}
+    live.push(request({**header, "seq": 0}, flagged(3, 2, [(1, 0), (2, 0), (2, 1)])))
+    assert live.end_open_runs("arm") == 3 and live.end_open_runs("arm") == 0  # the actor went silent
+    live.push(request({**header, "seq": 1}, flagged(2, 2, [(1, 1)], start=10)))  # it was only slow
+    live.wal.close()
+
+    replayed = service()  # a restart with no checkpoint: the whole log, the decision included
+    assert replayed.replay_log() == 2
+    assert offline_rows(replayed.storage) == offline_rows(live.storage) == ([2.0, 4.0, 5.0], [False, True, True])
+    assert replayed.storage.open_run_steps("arm") == live.storage.open_run_steps("arm") == 1
 
 
 def test_pixel_streams_store_each_frame_once_and_sample_stacks():

@@ -15,7 +15,7 @@ the run's last observation.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -111,6 +111,55 @@ class InterventionSegments:
             add_row(offline, obs, action, reward, next_obs, terminated, truncated or (last and not terminated))
         return len(segment)
 
+    @property
+    def open_steps(self) -> int:
+        """Intervened steps held in runs not yet written to the offline buffer."""
+        return sum(len(run) for run in self.open)
+
+    def end_open_runs(self, offline: ReplayBuffer) -> int:
+        """Write every env's open run to `offline` now, its last step truncated: what comes next does not
+        continue it (the stream was cut). Returns how many transitions were written."""
+        return sum(self._flush(offline, env) for env in range(len(self.open)) if self.open[env])
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The open runs as tensors (env after env, `count` steps each), so a checkpoint taken mid-run
+        resumes it: `count` [E], and when any step is open `obs.<key>`, `next_obs.<key>`, `action`, `reward`,
+        `terminated`, `truncated` with a leading [sum(count)] dimension."""
+        steps = [step for run in self.open for step in run]
+        state = {"count": torch.tensor([len(run) for run in self.open], dtype=torch.long)}
+        if steps:
+            obs, action, reward, next_obs, terminated, truncated = zip(*steps, strict=True)
+            state.update({f"obs.{k}": torch.stack([o[k] for o in obs]) for k in obs[0]})
+            state.update({f"next_obs.{k}": torch.stack([o[k] for o in next_obs]) for k in next_obs[0]})
+            state["action"] = torch.stack(action)
+            state["reward"] = torch.tensor(reward, dtype=torch.float32)
+            state["terminated"] = torch.tensor(terminated, dtype=torch.bool)
+            state["truncated"] = torch.tensor(truncated, dtype=torch.bool)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        count = state["count"].tolist()
+        if len(count) != len(self.open):
+            raise ValueError(
+                f"open intervention runs were saved for {len(count)} envs, this stream has {len(self.open)}"
+            )
+        obs_keys = [k.removeprefix("obs.") for k in state if k.startswith("obs.")]
+        self.open = [[] for _ in count]
+        i = 0
+        for env, steps in enumerate(count):
+            for _ in range(steps):
+                self.open[env].append(
+                    (
+                        {k: state[f"obs.{k}"][i] for k in obs_keys},
+                        state["action"][i],
+                        float(state["reward"][i]),
+                        {k: state[f"next_obs.{k}"][i] for k in obs_keys},
+                        bool(state["terminated"][i]),
+                        bool(state["truncated"][i]),
+                    )
+                )
+                i += 1
+
 
 def add_row(
     buffer: ReplayBuffer,
@@ -165,6 +214,21 @@ def add_episode(offline: ReplayBuffer, episode, pixel_keys: Sequence[str] = (), 
             terminated,
             truncated,
         )
+
+
+def sample_mixed(
+    sample_online: Callable[[int], Batch], online_size: int, offline: ReplayBuffer, ratio: float, batch_size: int
+) -> Batch:
+    """`batch_size` rows, `round(ratio * batch_size)` of them from `offline` (none while it is empty; all of
+    them while nothing is held online, `online_size` == 0) and the rest from `sample_online`; the offline rows
+    are marked in `Batch.demo`. MixedReplay's rule, for storage that keeps its online rows elsewhere."""
+    offline_rows = round(ratio * batch_size) if len(offline) else 0
+    if offline_rows == 0:
+        return sample_online(batch_size)
+    if offline_rows == batch_size or online_size == 0:
+        batch = offline.sample(batch_size)
+        return dataclasses.replace(batch, demo=torch.ones(batch_size, dtype=torch.bool, device=batch.action.device))
+    return concat_batches(sample_online(batch_size - offline_rows), offline.sample(offline_rows))
 
 
 class MixedReplay:

@@ -4,6 +4,10 @@ Handlers run on gRPC's threads; the learner's update loop runs on its own. They 
 ledger, write-ahead log and counters) and `arrived`, a condition the loop waits on for new steps. A pushed
 batch is decoded and checked outside the lock, then, under it: dropped if it was stored before (resend),
 appended to the write-ahead log and fsynced, added to storage, and only then acknowledged.
+
+The log also holds the learner's own decisions that change storage and cannot be read off the batches:
+`end_runs` records (an actor went silent, so its open intervention runs were closed), so a replayed log
+rebuilds the offline buffer exactly.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from robotrl.data.spec import ObsSpec
 from robotrl.runtime.transport.ledger import Arrival, Delivery, Ledger
 from robotrl.runtime.transport.protocol import (
     HEARTBEAT,
+    PROTOCOL_VERSION,
     PUSH,
     REGISTER,
     STATUS,
@@ -39,6 +44,7 @@ from robotrl.runtime.transport.wire import check_transitions, decode, encode, sp
 log = logging.getLogger(__name__)
 
 SMALL_REQUEST_BYTES = 1 << 16
+END_RUNS = "end_runs"  # write-ahead record kind: close an actor's open intervention runs
 
 
 @dataclass
@@ -195,6 +201,7 @@ class LearnerService:
             }
             weights_id, version = self.board.current()
             return {
+                "offline": self.storage.offline_stats(),
                 "env_steps": self.env_steps,
                 "updates": self.updates,
                 "weights_id": weights_id,
@@ -214,6 +221,10 @@ class LearnerService:
         for record in self.wal.read():
             try:
                 header, tensors = decode(record, max(self.spec.max_message_bytes, len(record)))
+                if header.get("kind") == END_RUNS:
+                    with self.lock:
+                        self.storage.end_open_runs(actor_id(header))
+                    continue
                 actor, session, seq = actor_id(header), field(header, "session", str), field(header, "seq", int)
                 num_envs = int(tensors["reward"].shape[1])
                 steps = check_transitions(  # accepted once: a smaller max_batch_steps now must not drop it
@@ -229,6 +240,15 @@ class LearnerService:
                 log.exception("skipping a write-ahead log record that cannot be applied")
         self.wal_replayed = stored
         return stored
+
+    def end_open_runs(self, actor: str) -> int:
+        """Close the actor's open intervention runs (it went silent: nothing may continue them), logging the
+        decision first so a replayed log closes them at the same point; returns the transitions written."""
+        with self.lock:
+            if not self.storage.open_run_steps(actor):
+                return 0
+            self.wal.append(encode({}, {"protocol": PROTOCOL_VERSION, "kind": END_RUNS, "actor_id": actor}))
+            return self.storage.end_open_runs(actor)
 
     def _store(
         self, actor: str, delivery: Delivery, seq: int, tensors: dict[str, torch.Tensor], steps: int, payload

@@ -5,8 +5,16 @@ in the order its envs produced the steps. `sample` draws from the streams in pro
 transitions each holds and returns one concatenated batch. A transition batch is a dict of
 `obs.<key>` / `next_obs.<key>` [N, E, ...], `action` [N, E, A], `reward`, `terminated`, `truncated` and
 `intervened` [N, E] (N steps of E envs). The intervention flags are kept per stored row and handed to the
-stream's buffer when its `add` takes them (the online/offline mixer does), so a buffer that mixes in
-corrected steps can be slotted in through `make_buffer` without touching the transport.
+stream's buffer when its `add` takes them.
+
+Human in the loop (HIL-SERL: the operator sits at the actor, the demonstrations at the learner): given
+`make_offline`, the group also keeps ONE offline buffer shared by every stream (one env column, as
+robotrl/data/mixer.py's MixedReplay), made at once when demonstrations are loaded into it, else when the
+first intervened step arrives. Each stream's intervened steps are copied there as contiguous runs (an
+`InterventionSegments` per stream), each closed by a truncation flag; a cut stream (gap, new session) or an
+actor that went silent closes its open runs, so a run never spans a break. Open runs are part of the
+state, so a checkpoint taken mid-run resumes it. `sample` takes `schedule.at(transitions received)` of each
+batch from the offline buffer, marked in `Batch.demo`, and the rest from the streams.
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
+from robotrl.data import mixer
 from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.mixer import InterventionSegments, RatioSchedule
 from robotrl.data.replay import Batch, ReplayBuffer
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 
@@ -72,10 +82,30 @@ class Stream:
     rows: int = 0  # steps added (each E transitions), ever
     interventions: int = 0  # intervened transitions added, ever
     takes_intervened: bool = False  # whether buffer.add accepts `intervened`
+    runs: InterventionSegments | None = None  # open intervention runs, on their way to the offline buffer
+    episodes: int = 0  # episodes that ended (terminated or truncated), ever
+    episode_interventions: int = 0  # intervened steps of those episodes
+    running: torch.Tensor | None = None  # [E] intervened steps of each env's current episode (CPU)
+
+    def __post_init__(self) -> None:
+        if self.running is None:
+            self.running = torch.zeros(self.num_envs, dtype=torch.long)
 
     @property
     def transitions(self) -> int:
         return self.rows * self.num_envs
+
+    def count_episodes(self, intervened: torch.Tensor, done: torch.Tensor) -> None:
+        """Account N steps' flags ([N, E] bool, CPU): intervened steps per finished episode."""
+        if not done.any():
+            self.running += intervened.sum(0)
+            return
+        for t in range(len(done)):
+            self.running += intervened[t]
+            if done[t].any():
+                self.episodes += int(done[t].sum())
+                self.episode_interventions += int(self.running[done[t]].sum())
+                self.running[done[t]] = 0
 
 
 class ReplayGroup:
@@ -88,6 +118,8 @@ class ReplayGroup:
         capacity: int,
         make_buffer: Callable[[int], ReplayBuffer],
         device: str | torch.device = "cpu",
+        make_offline: Callable[[], ReplayBuffer] | None = None,
+        schedule: RatioSchedule | None = None,
     ):
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
@@ -97,6 +129,23 @@ class ReplayGroup:
         self.make_buffer = make_buffer
         self.streams: dict[str, Stream] = {}
         self.device = torch.device(device)
+        # human in the loop (see the module doc); without make_offline, intervened steps are only flagged
+        self.make_offline = make_offline
+        self.schedule = schedule or RatioSchedule()
+        self.offline: ReplayBuffer | None = None
+        self.offline_demos = 0  # demonstration transitions written offline (load_demos), ever
+        self.offline_interventions = 0  # intervened transitions copied offline, ever
+
+    def ensure_offline(self) -> ReplayBuffer:
+        """The shared offline buffer, made on first use."""
+        if self.offline is None:
+            if self.make_offline is None:
+                raise RuntimeError("this replay group keeps no offline buffer (no make_offline)")
+            offline = self.make_offline()
+            if offline.num_envs != 1:
+                raise ValueError(f"the offline buffer must have one env column, it has {offline.num_envs}")
+            self.offline = offline
+        return self.offline
 
     # ---- writing --------------------------------------------------------------------------------------
 
@@ -129,8 +178,13 @@ class ReplayGroup:
         stream = self.open_stream(stream_id, num_envs)
         obs = {k.removeprefix("obs."): v for k, v in batch.items() if k.startswith("obs.")}
         next_obs = {k.removeprefix("next_obs."): v for k, v in batch.items() if k.startswith("next_obs.")}
-        intervened = batch["intervened"].to(self.device)
+        flags = batch["intervened"].cpu()
+        intervened = flags.to(self.device)
+        done = (batch["terminated"] | batch["truncated"]).cpu()
         horizon = stream.intervened.shape[0]
+        copies = self.make_offline is not None and (bool(flags.any()) or self._open_steps(stream) > 0)
+        if copies and stream.runs is None:
+            stream.runs = InterventionSegments(num_envs)
         for t in range(steps):
             row = {k: v[t] for k, v in obs.items()}, {k: v[t] for k, v in next_obs.items()}
             args = (
@@ -146,13 +200,45 @@ class ReplayGroup:
             else:
                 stream.buffer.add(*args)
             stream.intervened[(stream.rows + t) % horizon] = intervened[t]
+            if copies and (flags[t].any() or stream.runs.open_steps):  # corrections also go offline, as runs
+                self.offline_interventions += stream.runs.add(self.ensure_offline(), *args, flags[t])
+        stream.count_episodes(flags, done)
         stream.rows += steps
-        stream.interventions += int(intervened.sum())
+        stream.interventions += int(flags.sum())
 
     def cut(self, stream_id: str) -> None:
-        """The stream's next added step does not continue its newest one (see `end_open_episodes`)."""
+        """The stream's next added step does not continue its newest one (see `end_open_episodes`); its open
+        intervention runs end here too."""
         if stream_id in self.streams:
-            end_open_episodes(self.streams[stream_id].buffer)
+            stream = self.streams[stream_id]
+            end_open_episodes(stream.buffer)
+            self.end_open_runs(stream_id)
+            stream.running.zero_()  # the cut episodes are not counted as finished
+
+    def end_open_runs(self, stream_id: str) -> int:
+        """Write the stream's open intervention runs to the offline buffer now, each ending in a truncation
+        (its actor went silent, or the stream was cut); returns the transitions written."""
+        stream = self.streams.get(stream_id)
+        if stream is None or not self._open_steps(stream):
+            return 0
+        written = stream.runs.end_open_runs(self.ensure_offline())
+        self.offline_interventions += written
+        return written
+
+    def open_run_steps(self, stream_id: str) -> int:
+        """Intervened steps of the stream still in open runs (not yet offline)."""
+        stream = self.streams.get(stream_id)
+        return 0 if stream is None else self._open_steps(stream)
+
+    @staticmethod
+    def _open_steps(stream: Stream) -> int:
+        return 0 if stream.runs is None else stream.runs.open_steps
+
+    def load_demos(self, load: Callable[[ReplayBuffer], int]) -> int:
+        """Write demonstrations with `load(offline_buffer) -> transitions` (robotrl.hil.setup.load_demos)."""
+        written = load(self.ensure_offline())
+        self.offline_demos += written
+        return written
 
     def _check(self, batch: Mapping[str, torch.Tensor]) -> tuple[int, int]:
         expected = {f"{p}.{k}" for k in self.obs_spec for p in ("obs", "next_obs")} | {"action", "reward", *FLAGS}
@@ -178,12 +264,28 @@ class ReplayGroup:
     # ---- reading --------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
+        """Transitions held online (every stream); the offline buffer's are `len(group.offline)`."""
         return sum(len(s.buffer) for s in self.streams.values())
 
+    @property
+    def transitions(self) -> int:
+        """Transitions received, all streams, ever: the clock of the offline share's schedule."""
+        return sum(s.transitions for s in self.streams.values())
+
+    @property
+    def offline_ratio(self) -> float:
+        return self.schedule.at(self.transitions)
+
     def sample(self, batch_size: int) -> Batch:
-        """`batch_size` transitions, drawn from each stream in proportion to the transitions it holds."""
+        """`batch_size` transitions: with an offline buffer that holds any, `offline_ratio` of them from it
+        (marked in `Batch.demo`); the rest from each stream in proportion to the transitions it holds."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if self.offline is not None and len(self.offline):
+            return mixer.sample_mixed(self._sample_online, len(self), self.offline, self.offline_ratio, batch_size)
+        return self._sample_online(batch_size)
+
+    def _sample_online(self, batch_size: int) -> Batch:
         streams = [s for s in self.streams.values() if len(s.buffer)]
         if not streams:
             raise RuntimeError("cannot sample: no stream holds any transition yet")
@@ -195,14 +297,33 @@ class ReplayGroup:
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {
-            sid: {"transitions": s.transitions, "stored": len(s.buffer), "interventions": s.interventions}
+            sid: {
+                "transitions": s.transitions,
+                "stored": len(s.buffer),
+                "interventions": s.interventions,
+                "episodes": s.episodes,
+                "episode_interventions": s.episode_interventions,
+                "open_run_steps": self._open_steps(s),
+            }
             for sid, s in self.streams.items()
+        }
+
+    def offline_stats(self) -> dict[str, int] | None:
+        """The offline buffer's figures, or None while there is none."""
+        if self.offline is None:
+            return None
+        return {
+            "stored": len(self.offline),
+            "demos": self.offline_demos,
+            "interventions": self.offline_interventions,
+            "open_run_steps": sum(self._open_steps(s) for s in self.streams.values()),
         }
 
     # ---- checkpoints ----------------------------------------------------------------------------------
 
     def state_dict(self) -> Tensors:
-        """Every stream's buffer state under `streams.<id>.`, with its env count, counters and flags."""
+        """Every stream's buffer state under `streams.<id>.`, with its env count, counters, flags and open
+        intervention runs; the offline buffer's under `offline.` and its counters under `offline_group.`."""
         state: Tensors = {}
         for sid, s in self.streams.items():
             prefix = f"streams.{sid}."
@@ -212,25 +333,55 @@ class ReplayGroup:
             state[prefix + "group.num_envs"] = torch.tensor(s.num_envs)
             state[prefix + "group.rows"] = torch.tensor(s.rows)
             state[prefix + "group.interventions"] = torch.tensor(s.interventions)
+            state[prefix + "group.episodes"] = torch.tensor(s.episodes)
+            state[prefix + "group.episode_interventions"] = torch.tensor(s.episode_interventions)
+            state[prefix + "group.running"] = s.running.clone()
+            if s.runs is not None:
+                state.update({prefix + "runs." + k: v for k, v in s.runs.state_dict().items()})
+        if self.offline is not None:
+            state.update({f"offline.{k}": v for k, v in self.offline.state_dict().items()})
+            state["offline_group.demos"] = torch.tensor(self.offline_demos)
+            state["offline_group.interventions"] = torch.tensor(self.offline_interventions)
         return state
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         per_stream: dict[str, Tensors] = {}
+        offline: Tensors = {}
         for name, value in state.items():
-            if not name.startswith("streams."):
-                raise KeyError(f"replay group state has an entry outside 'streams.<id>.': {name!r}")
-            sid, _, rest = name.removeprefix("streams.").partition(".")
-            per_stream.setdefault(sid, {})[rest] = value
+            if name.startswith("streams."):
+                sid, _, rest = name.removeprefix("streams.").partition(".")
+                per_stream.setdefault(sid, {})[rest] = value
+            elif name.startswith("offline."):
+                offline[name.removeprefix("offline.")] = value
+            elif not name.startswith("offline_group."):
+                raise KeyError(f"replay group state has an entry outside 'streams.<id>.' and 'offline.': {name!r}")
+        if offline and self.make_offline is None:
+            raise ValueError(
+                "the saved replay holds an offline buffer (demonstrations, interventions); this one keeps none"
+            )
         self.streams.clear()
+        self.offline, self.offline_demos, self.offline_interventions = None, 0, 0
         for sid, entries in per_stream.items():
             if "group.num_envs" not in entries:
                 raise KeyError(f"replay group state of stream {sid!r} lacks its 'group.num_envs'")
             stream = self.open_stream(sid, int(entries["group.num_envs"]))
-            stream.buffer.load_state_dict({k: v for k, v in entries.items() if not k.startswith("group.")})
+            stream.buffer.load_state_dict({k: v for k, v in entries.items() if not k.startswith(("group.", "runs."))})
             flags = entries["group.intervened"]
             stream.intervened[: flags.shape[0]].copy_(flags)
             stream.rows = int(entries["group.rows"])
             stream.interventions = int(entries["group.interventions"])
+            stream.episodes = int(entries.get("group.episodes", torch.tensor(0)))
+            stream.episode_interventions = int(entries.get("group.episode_interventions", torch.tensor(0)))
+            if "group.running" in entries:
+                stream.running.copy_(entries["group.running"].cpu())
+            runs = {k.removeprefix("runs."): v for k, v in entries.items() if k.startswith("runs.")}
+            if runs:
+                stream.runs = InterventionSegments(stream.num_envs)
+                stream.runs.load_state_dict(runs)
+        if offline:
+            self.ensure_offline().load_state_dict(offline)
+            self.offline_demos = int(state.get("offline_group.demos", torch.tensor(0)))
+            self.offline_interventions = int(state.get("offline_group.interventions", torch.tensor(0)))
 
 
 def concat_batches(batches: list[Batch]) -> Batch:
