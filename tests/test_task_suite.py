@@ -86,11 +86,14 @@ def test_sparse_reward_is_success_minus_one(name):
 def test_terminate_on_success_ends_the_episode_at_the_first_success():
     env = _env("panda_reach", terminate_on_success=True)
     env.reset(seed=0)
-    for step in range(env.task.episode_steps):
+    steps_taken = 0
+    while steps_taken < env.task.episode_steps:
         result = env.step(env.task.expert_action())
+        steps_taken += 1
         if result.success.any():
             break
-    assert result.terminated.item() and not result.truncated.item() and step < env.task.episode_steps - 1
+    assert result.terminated.item() and not result.truncated.item()
+    assert steps_taken < env.task.episode_steps
     assert not env.step(torch.zeros(1, env.action_dim)).success.any()  # a fresh episode started
 
 
