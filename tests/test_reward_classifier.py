@@ -349,3 +349,27 @@ def test_train_classifier_cli_rejects_unknown_keys(tmp_path):
     )
     assert proc.returncode != 0
     assert "Key 'epoch' not in 'TrainClassifierConfig'" in proc.stderr
+
+
+def test_hil_config_puts_a_saved_classifier_in_front_of_the_operator(tmp_path):
+    from robotrl.tasks import TASK_CONFIGS, make_env
+
+    from robotrl.hil.config import HILConfig
+    from robotrl.hil.intervention import InterventionEnv
+    from robotrl.hil.setup import wrap_for_hil
+
+    classifier = RewardClassifier(ClassifierArchitecture(("front",), 64, **TINY))
+    with torch.no_grad():
+        classifier.head.head.weight.zero_()
+        classifier.head.head.bias.fill_(5.0)  # always success
+    classifier.save(tmp_path / "classifier")
+    cfg = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", obs="pixels", image_size=64, episode_steps=3)
+    hil = HILConfig(operator="scripted", reward_classifier=str(tmp_path / "classifier"))
+    env = wrap_for_hil(make_env(cfg, num_envs=1), hil)
+    assert isinstance(env, InterventionEnv) and isinstance(env.env, ClassifierReward)
+    env.reset(seed=0)
+    result = env.step(torch.zeros(1, env.action_dim))
+    assert result.reward.tolist() == [1.0] and result.success.tolist() == [True]  # the classifier's verdict
+
+    with pytest.raises(FileNotFoundError, match="missing_dir"):
+        wrap_for_hil(make_env(cfg, num_envs=1), HILConfig(reward_classifier=str(tmp_path / "missing_dir")))

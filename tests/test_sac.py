@@ -134,7 +134,7 @@ def test_bad_settings_are_named():
         SAC(SACConfig(num_critics=0), SPEC, 2)
     with pytest.raises(ValueError, match=r"agent\.tau"):
         SAC(SACConfig(tau=0.0), SPEC, 2)
-    with pytest.raises(ValueError, match="available agents: chunk, drqv2, sac"):
+    with pytest.raises(ValueError, match="available agents: bc, chunk, drqv2, sac"):
         make_agent(type("Cfg", (), {"name": "ppo"})(), SPEC, 2)
     with pytest.raises(ValueError, match="4 conv layers leave nothing of a 8x8 image"):
         SAC(SACConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)

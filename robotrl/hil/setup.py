@@ -19,8 +19,9 @@ def wrap_for_hil(env, hil: HILConfig):
     """`env` with the learned reward (if configured) and the operator's takeover (if any)."""
     if hil.reward_classifier:
         from robotrl.hil.classifier_reward import ClassifierReward
+        from robotrl.hil.reward_classifier import RewardClassifier
 
-        env = ClassifierReward.from_dir(env, hil.reward_classifier)
+        env = ClassifierReward(env, RewardClassifier.load(hil.reward_classifier))
     if hil.operator == "none":
         return env
     if hil.operator == "scripted":
