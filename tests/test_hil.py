@@ -409,3 +409,22 @@ def test_q_filter_clones_only_the_recorded_actions_the_critic_rates_higher():
         demo=torch.ones(32, dtype=torch.bool),
     )
     assert torch.isfinite(agent.update(batch)["bc_loss"])
+
+
+def test_bc_weight_decays_on_the_update_clock():
+    from robotrl.agents.base import bc_weight_at
+
+    assert bc_weight_at(10.0, None, 100, 50) == 10.0
+    assert bc_weight_at(10.0, 1.0, 100, 50) == pytest.approx(5.5)
+    assert bc_weight_at(10.0, 1.0, 100, 1000) == 1.0 and bc_weight_at(10.0, 2.0, 0, 0) == 2.0
+    obs = {"x": torch.randn(16, 3)}
+    batch = Batch(
+        obs, torch.zeros(16, 2), torch.zeros(16, 1), torch.ones(16, 1), obs, demo=torch.ones(16, dtype=torch.bool)
+    )
+    cfg = SACConfig(actor_hidden=[16], critic_hidden=[16], bc_weight=5.0, bc_weight_final=0.0, bc_decay_updates=2)
+    agent = SAC(cfg, SPEC, 2)
+    assert ["bc_loss" in agent.update(batch) for _ in range(3)] == [True, True, False]  # weights 5, 2.5, 0
+    with pytest.raises(ValueError, match=r"agent\.bc_weight_final must be >= 0 or null, got -1"):
+        SACConfig(bc_weight=1.0, bc_weight_final=-1.0).validate()
+    with pytest.raises(ValueError, match=r"agent\.bc_decay_updates must be >= 0, got -3"):
+        SACConfig(bc_decay_updates=-3).validate()

@@ -74,6 +74,24 @@ def behaviour_cloning_loss(policy_action: torch.Tensor, recorded: torch.Tensor, 
     return squared.sum() / (mask.sum() * policy_action.shape[-1]).clamp(min=1.0)
 
 
+def bc_weight_at(start: float, final: float | None, decay_updates: int, updates: int) -> float:
+    """The behaviour-cloning weight after `updates` updates: `start`, moving linearly to `final` over
+    `decay_updates` (constant when `final` is None). Demos hold the policy near the demonstrator early,
+    while the critic is still poor; a smaller weight later lets the critic shorten the cycle."""
+    if final is None or decay_updates <= 0:
+        return start if final is None else final
+    return start + min(updates / decay_updates, 1.0) * (final - start)
+
+
+def check_bc_schedule(start: float, final: float | None, decay_updates: int) -> None:
+    if not start >= 0:
+        raise ValueError(f"agent.bc_weight must be >= 0, got {start}")
+    if final is not None and not final >= 0:
+        raise ValueError(f"agent.bc_weight_final must be >= 0 or null, got {final}")
+    if decay_updates < 0:
+        raise ValueError(f"agent.bc_decay_updates must be >= 0, got {decay_updates}")
+
+
 def make_adam(params, lr: float) -> torch.optim.Adam:
     """Adam with the fused kernel where this torch build has one (one launch per step), else foreach."""
     try:

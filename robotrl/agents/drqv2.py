@@ -17,7 +17,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robotrl.agents.base import PRECISIONS, Agent, behaviour_cloning_loss, make_adam, mixed_precision
+from robotrl.agents.base import (
+    PRECISIONS,
+    Agent,
+    bc_weight_at,
+    behaviour_cloning_loss,
+    check_bc_schedule,
+    make_adam,
+    mixed_precision,
+)
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn.augment import shift_images
@@ -49,6 +57,8 @@ class DrQv2Config:
     shift_pad: int = 4  # random-shift augmentation, pixels
     precision: str = "fp32"  # fp32 | bf16 | auto, as SAC's
     bc_weight: float = 0.0  # behaviour cloning on offline rows (Batch.demo), as SAC's
+    bc_weight_final: float | None = None
+    bc_decay_updates: int = 0
 
     def validate(self) -> None:
         positive = (
@@ -78,8 +88,7 @@ class DrQv2Config:
                 raise ValueError(f"agent.{name} must be >= 0, got {getattr(self, name)}")
         if self.shift_pad < 0:
             raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
-        if not self.bc_weight >= 0:
-            raise ValueError(f"agent.bc_weight must be >= 0, got {self.bc_weight}")
+        check_bc_schedule(self.bc_weight, self.bc_weight_final, self.bc_decay_updates)
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
@@ -194,9 +203,11 @@ class DrQv2(Agent):
             actor_q = full_precision_min(self.critic(image, state, self._perturb(mean, std)))
             actor_loss = -actor_q.mean()
             bc_loss = None
-            if self.cfg.bc_weight > 0 and batch.demo is not None:
+            cfg = self.cfg
+            bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
+            if bc_weight > 0 and batch.demo is not None:
                 bc_loss = behaviour_cloning_loss(mean, batch.action, batch.demo)
-                actor_loss = actor_loss + self.cfg.bc_weight * bc_loss
+                actor_loss = actor_loss + bc_weight * bc_loss
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.critic.requires_grad_(True)

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from robotrl.agents.base import PRECISIONS, Agent, behaviour_cloning_loss, make_adam, mixed_precision
+from robotrl.agents.base import (
+    PRECISIONS,
+    Agent,
+    bc_weight_at,
+    behaviour_cloning_loss,
+    check_bc_schedule,
+    make_adam,
+    mixed_precision,
+)
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
@@ -69,6 +77,8 @@ class SACConfig:
     # Behaviour cloning on offline rows (demonstrations and interventions, `Batch.demo`): the actor's loss
     # adds bc_weight * the mean squared distance of its deterministic action to the recorded one.
     bc_weight: float = 0.0
+    bc_weight_final: float | None = None  # null: constant; else linear from bc_weight over bc_decay_updates
+    bc_decay_updates: int = 0
     # Clone a recorded action only where the critic rates it above the policy's own (the Q-filter of Nair
     # et al., 2018): demonstrations then guide the policy without holding it at the demonstrator's speed.
     bc_q_filter: bool = False
@@ -99,8 +109,7 @@ class SACConfig:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
         if self.shift_pad < 0:
             raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
-        if not self.bc_weight >= 0:
-            raise ValueError(f"agent.bc_weight must be >= 0, got {self.bc_weight}")
+        check_bc_schedule(self.bc_weight, self.bc_weight_final, self.bc_decay_updates)
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.exploration not in EXPLORATIONS:
@@ -295,12 +304,14 @@ class SAC(Agent):
         q = self.critic(torch.cat([features, action], dim=-1), frozen=True).min(dim=0).values
         actor_loss = (alpha * log_prob - q).mean()
         bc_loss = None
-        if self.cfg.bc_weight > 0 and batch.demo is not None:
+        cfg = self.cfg
+        bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
+        if bc_weight > 0 and batch.demo is not None:
             recorded, demo = self.batch_action(batch), batch.demo
             if self.cfg.bc_q_filter:
                 demo = demo & self._prefers_recorded(features, recorded, policy.mode.detach())
             bc_loss = behaviour_cloning_loss(policy.mode, recorded, demo)
-            actor_loss = actor_loss + self.cfg.bc_weight * bc_loss
+            actor_loss = actor_loss + bc_weight * bc_loss
         return actor_loss, log_prob.detach(), bc_loss
 
     @torch.no_grad()
