@@ -1,0 +1,107 @@
+"""`ShieldConfig`: the safety shield's margins, workspace box, timeouts and switches, validated up front."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class ShieldConfigError(ValueError):
+    """A shield setting is out of range; the message names the setting and its value."""
+
+
+@dataclass
+class ShieldConfig:
+    control_period: float = 0.001  # seconds between filter() calls (the control rate, not the policy's)
+    position_margin: float | Sequence[float] = 0.05  # rad kept free inside each joint's limits (one or per joint)
+    velocity_scale: float = 1.0  # share of the spec's velocity limits the output may use, in (0, 1]
+    acceleration_scale: float = 1.0
+    jerk_scale: float = 1.0
+    max_step: float | Sequence[float] | None = None  # rad per control step; None: velocity limit * period
+    workspace_min: Sequence[float] | None = None  # end-effector box corners (x, y, z) in the model's world frame;
+    workspace_max: Sequence[float] | None = None  # both None: no workspace check
+    workspace_margin: float = 0.02  # m: targets must lie this far inside the box (room for tracking error)
+    hold_after: float = 0.05  # s: joint states older than this -> hold position
+    stop_after: float = 0.5  # s: older than this -> stop, latched until reset()
+    command_timeout: float = 0.5  # s without a new policy command -> hold
+    shape_motion: bool = True  # jerk-limited motion with ruckig (extra `safety`); False: per-step clip only
+    position_limits: bool = True
+    watchdog: bool = True
+    timeout: bool = True  # the command timeout
+    log_interval: float = 1.0  # s between log lines per correction kind
+
+    @property
+    def has_workspace(self) -> bool:
+        return self.workspace_min is not None or self.workspace_max is not None
+
+    def validate(self, num_joints: int | None = None) -> None:
+        """Raise `ShieldConfigError` naming the first bad setting. `num_joints` checks per-joint sequences."""
+        _positive("control_period", self.control_period)
+        for name in ("velocity_scale", "acceleration_scale", "jerk_scale"):
+            value = getattr(self, name)
+            _finite(name, value)
+            if not 0 < value <= 1:
+                raise ShieldConfigError(f"shield.{name} must be in (0, 1], got {value}")
+        _per_joint("position_margin", self.position_margin, num_joints, allow_zero=True)
+        if self.max_step is not None:
+            _per_joint("max_step", self.max_step, num_joints, allow_zero=False)
+        if self.has_workspace:
+            if self.workspace_min is None or self.workspace_max is None:
+                raise ShieldConfigError(
+                    f"shield.workspace_min and shield.workspace_max must be given together, got "
+                    f"workspace_min={self.workspace_min} workspace_max={self.workspace_max}"
+                )
+            lower, upper = _triple("workspace_min", self.workspace_min), _triple("workspace_max", self.workspace_max)
+            _nonnegative("workspace_margin", self.workspace_margin)
+            for axis, lo, hi in zip("xyz", lower, upper, strict=True):
+                if not hi - lo > 2 * self.workspace_margin:
+                    raise ShieldConfigError(
+                        f"shield.workspace_max.{axis} ({hi}) must exceed shield.workspace_min.{axis} ({lo}) by more "
+                        f"than twice shield.workspace_margin ({self.workspace_margin})"
+                    )
+        _positive("hold_after", self.hold_after)
+        _positive("stop_after", self.stop_after)
+        if self.watchdog and not self.stop_after >= self.hold_after:
+            raise ShieldConfigError(
+                f"shield.stop_after ({self.stop_after}) must be >= shield.hold_after ({self.hold_after})"
+            )
+        _positive("command_timeout", self.command_timeout)
+        _positive("log_interval", self.log_interval)
+        for name in ("shape_motion", "position_limits", "watchdog", "timeout"):
+            if not isinstance(getattr(self, name), bool):
+                raise ShieldConfigError(f"shield.{name} must be true or false, got {getattr(self, name)!r}")
+
+
+def _finite(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ShieldConfigError(f"shield.{name} must be a finite number, got {value!r}")
+
+
+def _positive(name: str, value) -> None:
+    _finite(name, value)
+    if not value > 0:
+        raise ShieldConfigError(f"shield.{name} must be > 0, got {value}")
+
+
+def _nonnegative(name: str, value) -> None:
+    _finite(name, value)
+    if not value >= 0:
+        raise ShieldConfigError(f"shield.{name} must be >= 0, got {value}")
+
+
+def _per_joint(name: str, value, num_joints: int | None, allow_zero: bool) -> None:
+    values = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else [value]
+    if len(values) != 1 and num_joints is not None and len(values) != num_joints:
+        raise ShieldConfigError(f"shield.{name} has {len(values)} values for {num_joints} joints: {values}")
+    for v in values:
+        (_nonnegative if allow_zero else _positive)(name, v)
+
+
+def _triple(name: str, value) -> tuple[float, float, float]:
+    values = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else None
+    if values is None or len(values) != 3:
+        raise ShieldConfigError(f"shield.{name} must be three numbers (x, y, z), got {value!r}")
+    for v in values:
+        _finite(name, v)
+    return tuple(float(v) for v in values)

@@ -1,0 +1,54 @@
+"""The joint limits the shield enforces: the robot spec's, narrowed by the configured margins and scales."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from robotrl.hardware.robot_spec import RobotSpec
+from robotrl.safety.config import ShieldConfig, ShieldConfigError
+
+
+@dataclass(frozen=True)
+class JointLimits:
+    lower: torch.Tensor  # targets are clamped to [lower, upper]: the spec's limits moved in by the margin
+    upper: torch.Tensor
+    velocity: torch.Tensor  # the output's bounds, already scaled (and the velocity capped by max_step)
+    acceleration: torch.Tensor
+    jerk: torch.Tensor
+    max_step: torch.Tensor  # rad per control step
+
+    @classmethod
+    def from_spec(cls, spec: RobotSpec, config: ShieldConfig) -> JointLimits:
+        n = len(spec.joints)
+        margin = _per_joint(config.position_margin, n)
+        lower = spec.position_lower.double() + margin
+        upper = spec.position_upper.double() - margin
+        narrow = (lower >= upper).nonzero().flatten().tolist()
+        if narrow:
+            j = narrow[0]
+            raise ShieldConfigError(
+                f"shield.position_margin {margin[j].item()} leaves no range for joint {spec.joints[j]} "
+                f"(limits {spec.position_lower[j].item()} .. {spec.position_upper[j].item()})"
+            )
+        period = config.control_period
+        velocity = spec.velocity_limit.double() * config.velocity_scale
+        max_step = velocity * period if config.max_step is None else _per_joint(config.max_step, n)
+        return cls(
+            lower=lower,
+            upper=upper,
+            velocity=torch.minimum(velocity, max_step / period),
+            acceleration=spec.acceleration_limit.double() * config.acceleration_scale,
+            jerk=spec.jerk_limit.double() * config.jerk_scale,
+            max_step=max_step,
+        )
+
+    def clamp(self, target: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        clamped = torch.minimum(torch.maximum(target, self.lower), self.upper)
+        return clamped, bool((clamped != target).any())
+
+
+def _per_joint(value, n: int) -> torch.Tensor:
+    values = torch.as_tensor(value, dtype=torch.float64).flatten()
+    return values.expand(n).clone() if values.numel() == 1 else values

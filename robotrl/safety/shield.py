@@ -1,0 +1,288 @@
+"""The safety shield: every joint-position command passes through `Shield.filter` once per control period.
+
+Order of the checks in one call (docs/architecture.md, "Safety shield", says why):
+latches and holds (e-stop, joint-state age, command timeout) -> NaN guard -> joint limits -> workspace ->
+jerk-limited step (or per-step clip) -> output guards (finite, per-step change, hard joint limits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from robotrl.hardware.robot_spec import RobotSpec
+from robotrl.safety.config import ShieldConfig, ShieldConfigError
+from robotrl.safety.corrections import CorrectionCounter, logger
+from robotrl.safety.kinematics import KinematicChain
+from robotrl.safety.limits import JointLimits
+from robotrl.safety.motion import JerkLimitedMotion, MotionStep, StepClippedMotion
+from robotrl.safety.watchdog import StateAge, StateWatchdog
+from robotrl.safety.workspace import WorkspaceBox, limit_target_to_workspace
+
+REST_VELOCITY = 1e-6  # rad/s: a setpoint slower than this is at rest
+STEP_TOLERANCE = 1e-9  # relative slack before the per-step guard calls a ruckig step too long
+
+
+class ShieldResetError(RuntimeError):
+    """reset() was refused: the e-stop is still pressed, or the joint state is not fresh."""
+
+
+@dataclass(frozen=True)
+class SafeCommand:
+    target: torch.Tensor  # joint position setpoint for this control period, float64 [n]
+    gripper: torch.Tensor | None  # gripper setpoint (0-dim), None until a valid one was given
+    mode: str  # track | hold | stop
+    info: dict[str, int]  # safety/<kind>: 1 if corrected this step; safety/hold, safety/stop
+
+
+class Shield:
+    def __init__(self, spec: RobotSpec, config: ShieldConfig, chain: KinematicChain | None = None):
+        config.validate(num_joints=len(spec.joints))
+        self.spec = spec
+        self.config = config
+        self.limits = JointLimits.from_spec(spec, config)
+        self._hard_lower = spec.position_lower.double()
+        self._hard_upper = spec.position_upper.double()
+        self.box = None
+        if config.has_workspace:
+            if chain is None:
+                raise ShieldConfigError("shield.workspace_min/max need the robot's model: pass model_file")
+            self.box = WorkspaceBox(config.workspace_min, config.workspace_max, config.workspace_margin)
+        self.chain = chain
+        self.motion = (
+            JerkLimitedMotion(self.limits, config.control_period)
+            if config.shape_motion
+            else StepClippedMotion(self.limits)
+        )
+        self.watchdog = StateWatchdog(config.hold_after, config.stop_after)
+        self.corrections = CorrectionCounter(config.log_interval)
+        self._started = False
+        self._estop_pressed = False
+        self._estop_latched = False
+        self._stop_latched = False
+        self._safe_target = torch.zeros(len(spec.joints), dtype=torch.float64)
+        self._output = self._safe_target.clone()
+        self._last_command_time = -math.inf
+        self._gripper: torch.Tensor | None = None
+
+    @classmethod
+    def from_spec(cls, spec: RobotSpec, config: ShieldConfig, model_file: str | Path | None = None) -> Shield:
+        """A shield for `spec`; `model_file` (the robot's MJCF) is read for the workspace check's kinematics."""
+        chain = None
+        if model_file is not None and config.has_workspace:
+            if spec.end_effector_site is None:
+                raise ShieldConfigError(f"robot {spec.name!r} has no end_effector_site for the workspace box")
+            chain = KinematicChain.from_mjcf(model_file, spec.end_effector_site, spec.joints)
+        return cls(spec, config, chain)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Corrections per kind since construction (a step counts once per kind)."""
+        return dict(self.corrections.totals)
+
+    @property
+    def latched(self) -> str | None:
+        return "estop" if self._estop_latched else "stale_stop" if self._stop_latched else None
+
+    @property
+    def at_rest(self) -> bool:
+        """The setpoint is not moving (the condition for reset() once started)."""
+        return bool((self.motion.velocity.abs() <= REST_VELOCITY).all())
+
+    def estop(self, active: bool) -> None:
+        """The e-stop input (a std_msgs/Bool topic on hardware). Pressing latches; releasing does not unlatch."""
+        if active and not self._estop_latched:
+            logger.warning("safety shield: e-stop pressed, holding until reset()")
+        self._estop_pressed = bool(active)
+        self._estop_latched = self._estop_latched or self._estop_pressed
+
+    def reset(
+        self,
+        joint_position: torch.Tensor,
+        state_stamp: float,
+        now: float,
+        gripper_position: float | torch.Tensor | None = None,
+    ) -> None:
+        """Start (or restart after a latch) from the measured joint state, at rest, holding it."""
+        _check_time(now)
+        if self._estop_pressed:
+            raise ShieldResetError("the e-stop is still pressed: release it, then reset()")
+        if self._started and not self.at_rest:
+            # restarting at rest from a moving setpoint would be a velocity jump: let the brake finish
+            raise ShieldResetError("the setpoint is still braking: call filter() until at_rest, then reset()")
+        position = self._joint_vector(joint_position, "joint_position")
+        if not bool(torch.isfinite(position).all()):
+            raise ShieldResetError(f"the joint state is not finite: {position.tolist()}")
+        if self.config.watchdog and self.watchdog.classify(state_stamp, now) is not StateAge.FRESH:
+            raise ShieldResetError(
+                f"the joint state is not fresh (stamp {state_stamp}, now {now}, hold_after {self.config.hold_after})"
+            )
+        # a measured position a hair beyond a hard limit: start from the limit, never command beyond it
+        position = torch.minimum(torch.maximum(position, self._hard_lower), self._hard_upper)
+        self.motion.reset(position)
+        self._safe_target = position.clone()
+        self._output = position.clone()
+        self._last_command_time = now
+        self._estop_latched = self._stop_latched = False
+        if gripper_position is not None:
+            if not bool(torch.isfinite(torch.as_tensor(gripper_position)).all()):
+                raise ShieldResetError(f"the gripper position is not finite: {gripper_position}")
+            self._gripper = self._gripper_clamp(torch.as_tensor(gripper_position, dtype=torch.float64))[0]
+        self._started = True
+
+    def filter(
+        self,
+        command: torch.Tensor | None,
+        joint_position: torch.Tensor,
+        state_stamp: float | None,
+        now: float,
+        gripper: float | torch.Tensor | None = None,
+    ) -> SafeCommand:
+        """One control period. `command` is the policy's new joint-position target, or None when the policy
+        has not produced a new one since the last call (pass each command once: the timeout counts from it).
+        `state_stamp` and `now` are seconds on one monotonic clock."""
+        if not self._started:
+            raise RuntimeError("call Shield.reset(joint_position, state_stamp, now) before filter()")
+        _check_time(now)
+        count = self.corrections
+        count.begin_step()
+        state_age = self._state_age(joint_position, state_stamp, now)
+        if state_age is StateAge.STOP and not self._stop_latched:
+            self._stop_latched = True
+            logger.warning("safety shield: joint state stale or invalid (stamp %s, now %s): stopped", state_stamp, now)
+
+        new_target = None
+        if command is not None:
+            command = self._joint_vector(command, "command")
+            if bool(torch.isfinite(command).all()):
+                self._last_command_time = now
+                new_target = command
+            else:
+                count.add("nan", now)
+
+        mode = "track"
+        if self._estop_latched:
+            mode = "hold"
+            count.add("estop", now)
+        elif self._stop_latched:
+            mode = "stop"
+            count.add("stale_stop", now)
+        elif state_age is StateAge.HOLD:
+            mode = "hold"
+            count.add("stale_hold", now)
+        elif self.config.timeout and now - self._last_command_time > self.config.command_timeout:
+            mode = "hold"
+            count.add("command_timeout", now)
+
+        if mode == "track" and new_target is not None:
+            accepted = self._accept(new_target, now)
+            if accepted is None:  # no part of the move, not even the current plan, stays in the workspace
+                mode = "hold"
+            else:
+                self._safe_target = accepted
+        if mode == "track":
+            step = self.motion.step_toward(self._safe_target)
+        else:
+            step = self.motion.brake()
+        self._count_shaping(step, now)
+        target = self._guard_output(step.position, now)
+        if mode != "track":
+            self._safe_target = target.clone()  # a hold ends where the brake ends; resume from there
+        self._output = target
+        self._filter_gripper(gripper, now, latched=mode == "stop" or self._estop_latched)
+
+        info = {f"safety/{kind}": value for kind, value in count.step.items()}
+        info["safety/hold"] = int(mode == "hold")
+        info["safety/stop"] = int(mode == "stop")
+        gripper_out = None if self._gripper is None else self._gripper.clone()
+        return SafeCommand(target=target.clone(), gripper=gripper_out, mode=mode, info=info)
+
+    def _state_age(self, joint_position: torch.Tensor, state_stamp: float | None, now: float) -> StateAge:
+        position = self._joint_vector(joint_position, "joint_position")
+        if not bool(torch.isfinite(position).all()):
+            return StateAge.STOP if self.config.watchdog else StateAge.HOLD
+        if not self.config.watchdog:
+            return StateAge.FRESH
+        return self.watchdog.classify(state_stamp, now)
+
+    def _accept(self, command: torch.Tensor, now: float) -> torch.Tensor | None:
+        target = command
+        if self.config.position_limits:
+            target, clamped = self.limits.clamp(target)
+            if clamped:
+                self.corrections.add("position_limit", now, f"command {command.tolist()}")
+        if self.box is not None:
+            target, cut = limit_target_to_workspace(
+                self.chain, self.box, self.motion.position, self._safe_target, target, self.motion.path_to
+            )
+            if cut:
+                self.corrections.add("workspace", now)
+        return target
+
+    def _count_shaping(self, step: MotionStep, now: float) -> None:
+        for kind, fired in (
+            ("velocity", step.velocity_limited),
+            ("acceleration", step.acceleration_limited),
+            ("jerk", step.jerk_limited),
+            ("delta_clip", step.step_clipped),
+            ("motion_error", step.failed),
+        ):
+            if fired:
+                self.corrections.add(kind, now)
+
+    def _guard_output(self, position: torch.Tensor, now: float) -> torch.Tensor:
+        """Last line: whatever the motion stage produced must be finite, within the per-step change and within
+        the hard joint limits. None of these fire in normal operation; if one does the motion restarts at rest."""
+        guarded = position
+        if not bool(torch.isfinite(guarded).all()):
+            self.corrections.add("motion_error", now, "non-finite setpoint")
+            guarded = self._output.clone()
+        max_step = self.limits.max_step * (1 + STEP_TOLERANCE)
+        delta = guarded - self._output
+        if bool((delta.abs() > max_step).any()):
+            self.corrections.add("delta_clip", now)
+            guarded = self._output + torch.maximum(torch.minimum(delta, max_step), -max_step)
+        limited = torch.minimum(torch.maximum(guarded, self._hard_lower), self._hard_upper)
+        if bool((limited != guarded).any()):
+            self.corrections.add("position_limit", now, "setpoint beyond a hard limit")
+            guarded = limited
+        if guarded is not position:
+            self.motion.override_position(guarded)
+        return guarded
+
+    def _filter_gripper(self, gripper, now: float, latched: bool) -> None:
+        if gripper is None:
+            return
+        if self.spec.gripper is None:
+            raise ValueError(f"robot {self.spec.name!r} has no gripper, got a gripper command {gripper!r}")
+        value = torch.as_tensor(gripper, dtype=torch.float64).reshape(())
+        if not bool(torch.isfinite(value)):
+            self.corrections.add("gripper_nan", now)
+            return
+        if latched:
+            return
+        self._gripper, clamped = self._gripper_clamp(value)
+        if clamped:
+            self.corrections.add("gripper_limit", now)
+
+    def _gripper_clamp(self, value: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        if self.spec.gripper is None:
+            raise ValueError(f"robot {self.spec.name!r} has no gripper")
+        low = min(self.spec.gripper.open, self.spec.gripper.closed)
+        high = max(self.spec.gripper.open, self.spec.gripper.closed)
+        clamped = value.clamp(low, high)
+        return clamped, bool(clamped != value)
+
+    def _joint_vector(self, value, name: str) -> torch.Tensor:
+        vector = torch.as_tensor(value, dtype=torch.float64)
+        if vector.shape != (len(self.spec.joints),):
+            raise ValueError(f"{name} must have shape ({len(self.spec.joints)},), got {tuple(vector.shape)}")
+        return vector
+
+
+def _check_time(now: float) -> None:
+    if not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ValueError(f"now must be finite monotonic seconds, got {now!r}")

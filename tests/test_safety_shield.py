@@ -1,0 +1,463 @@
+"""The safety shield (robotrl/safety/): kinematics against MuJoCo, every correction kind, hostile command
+sequences, motion limits by finite differences, watchdog and e-stop timing, config errors."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+from robotrl.hardware.robot_spec import load_robot_spec
+from robotrl.tasks.arm_task import ASSETS
+
+from robotrl.safety import (
+    CORRECTION_KINDS,
+    KinematicChain,
+    MJCFError,
+    Shield,
+    ShieldConfig,
+    ShieldConfigError,
+    ShieldResetError,
+)
+
+PANDA_XML = ASSETS / "panda.xml"
+BOX_MIN, BOX_MAX = (0.15, -0.55, 0.10), (0.80, 0.55, 0.95)
+DT = 0.001
+
+SPEC = load_robot_spec("panda")
+LOWER, UPPER = SPEC.position_lower.double(), SPEC.position_upper.double()
+HOME = SPEC.home.double()
+
+
+def make_shield(**overrides) -> Shield:
+    settings = {"control_period": DT, "workspace_min": BOX_MIN, "workspace_max": BOX_MAX, **overrides}
+    shield = Shield.from_spec(SPEC, ShieldConfig(**settings), PANDA_XML)
+    shield.reset(HOME, 0.0, 0.0, gripper_position=0.02)
+    return shield
+
+
+def drive(shield: Shield, commands, start: float = 0.0, stamp_lag: float = 0.0):
+    """Feed one command (or None) per control period with a fresh state; return the setpoints [T, n]."""
+    targets, position = [], shield._output.clone()
+    for i, command in enumerate(commands):
+        now = start + (i + 1) * DT
+        out = shield.filter(command, position, now - stamp_lag, now)
+        position = out.target
+        targets.append(out.target)
+    return torch.stack(targets)
+
+
+# ---------------------------------------------------------------- kinematics
+
+
+@pytest.mark.parametrize("xml", ["panda.xml", "panda_reach.xml"])  # the second reaches the arm by <include>
+def test_forward_kinematics_matches_mujoco(xml):
+    chain = KinematicChain.from_mjcf(ASSETS / xml, SPEC.end_effector_site, SPEC.joints)
+    model = mujoco.MjModel.from_xml_path(str(ASSETS / xml))
+    data = mujoco.MjData(model)
+    site = model.site(SPEC.end_effector_site).id
+    qpos_index = [model.jnt_qposadr[model.joint(name).id] for name in SPEC.joints]
+    q = LOWER + torch.rand(300, 7, dtype=torch.float64) * (UPPER - LOWER)
+    position, rotation = chain.forward(q)
+    for i in range(len(q)):
+        data.qpos[qpos_index] = q[i].numpy()
+        mujoco.mj_kinematics(model, data)
+        np.testing.assert_allclose(position[i].numpy(), data.site_xpos[site], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(rotation[i].numpy(), data.site_xmat[site].reshape(3, 3), atol=1e-6, rtol=0)
+
+
+SYNTHETIC = """
+<mujoco>
+  <compiler angle="degree" eulerseq="zyx"/>
+  <default>
+    <default class="arm"><joint axis="0 1 0" pos="0 0 0.05"/><site pos="0.01 0 0"/></default>
+  </default>
+  <worldbody>
+    <body name="a" pos="0.1 0.2 0.3" euler="10 20 30" childclass="arm">
+      <joint name="j1" ref="15"/><geom size="0.01"/>
+      <body name="b" pos="0 0 0.4" axisangle="1 1 0 40">
+        <joint name="j2" type="slide" axis="1 0 1"/><geom size="0.01"/>
+        <frame pos="0.05 0 0" quat="0.9 0.1 0.2 0.3">
+          <body name="c" xyaxes="0 1 0 -1 0.2 0">
+            <joint name="j3" axis="1 0 0" pos="0.02 0.03 0"/>
+            <joint name="j4" class="arm"/><geom size="0.01"/>
+            <body name="d" zaxis="0.3 -0.4 1"><geom size="0.01"/><site name="tip" euler="5 0 0"/></body>
+          </body>
+        </frame>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_forward_kinematics_reads_the_mjcf_conventions(tmp_path):
+    """Degrees, euler sequences, axisangle, xyaxes, zaxis, frames, default classes, anchors, ref, slides."""
+    path = tmp_path / "chain.xml"
+    path.write_text(SYNTHETIC)
+    joints = ("j1", "j2", "j3", "j4")
+    chain = KinematicChain.from_mjcf(path, "tip", joints)
+    model = mujoco.MjModel.from_xml_path(str(path))
+    data = mujoco.MjData(model)
+    q = torch.rand(50, 4, dtype=torch.float64) * 4 - 2
+    position, rotation = chain.forward(q)
+    for i in range(len(q)):
+        data.qpos[:] = q[i].numpy()
+        mujoco.mj_kinematics(model, data)
+        np.testing.assert_allclose(position[i].numpy(), data.site_xpos[0], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(rotation[i].numpy(), data.site_xmat[0].reshape(3, 3), atol=1e-6, rtol=0)
+
+
+def test_kinematic_chain_errors_name_the_problem(tmp_path):
+    with pytest.raises(MJCFError, match="no_such_site"):
+        KinematicChain.from_mjcf(PANDA_XML, "no_such_site", SPEC.joints)
+    with pytest.raises(MJCFError, match="joint7"):
+        KinematicChain.from_mjcf(PANDA_XML, SPEC.end_effector_site, SPEC.joints[:6])
+    with pytest.raises(MJCFError, match="does not exist"):
+        KinematicChain.from_mjcf(tmp_path / "missing.xml", "tip", ("j1",))
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"control_period": 0.0}, "control_period"),
+        ({"velocity_scale": 1.5}, "velocity_scale"),
+        ({"jerk_scale": float("nan")}, "jerk_scale"),
+        ({"position_margin": -0.1}, "position_margin"),
+        ({"position_margin": [0.1, 0.1]}, "position_margin"),
+        ({"position_margin": 1.6}, "joint4"),  # joint4's range is 3.0 rad: 1.6 rad each side leaves nothing
+        ({"max_step": 0.0}, "max_step"),
+        ({"workspace_min": (0.0, 0.0)}, "workspace_min"),
+        ({"workspace_min": (0.5, -0.5, 0.1), "workspace_max": (0.4, 0.5, 0.9)}, "workspace_max.x"),
+        ({"workspace_margin": 0.5}, "workspace_margin"),
+        ({"workspace_max": None}, "workspace_max"),
+        ({"hold_after": 1.0, "stop_after": 0.5}, "stop_after"),
+        ({"command_timeout": -1.0}, "command_timeout"),
+        ({"watchdog": "yes"}, "watchdog"),
+    ],
+)
+def test_config_errors_name_the_bad_value(overrides, named):
+    with pytest.raises(ShieldConfigError, match=named):
+        make_shield(**overrides)
+
+
+def test_workspace_needs_the_model_file():
+    with pytest.raises(ShieldConfigError, match="model_file"):
+        Shield.from_spec(SPEC, ShieldConfig(workspace_min=BOX_MIN, workspace_max=BOX_MAX))
+
+
+def test_missing_ruckig_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ruckig", None)
+    with pytest.raises(ImportError, match=r"robotrl\[safety\]"):
+        Shield.from_spec(SPEC, ShieldConfig())
+    Shield.from_spec(SPEC, ShieldConfig(shape_motion=False))  # the per-step clip needs no ruckig
+
+
+def test_filter_before_reset_is_refused():
+    shield = Shield.from_spec(SPEC, ShieldConfig())
+    with pytest.raises(RuntimeError, match="reset"):
+        shield.filter(HOME, HOME, 0.0, 0.0)
+
+
+# ---------------------------------------------------------------- each correction kind
+
+
+def test_every_correction_kind_is_counted_and_reported():
+    shield = make_shield(command_timeout=0.05, hold_after=0.01, stop_after=0.03)
+    fired = {}
+    clock = [0.0]
+
+    def step(command=None, age=0.0, gripper=None):
+        clock[0] += DT
+        out = shield.filter(command, shield._output, clock[0] - age, clock[0], gripper=gripper)
+        for kind in CORRECTION_KINDS:
+            if out.info[f"safety/{kind}"]:
+                fired[kind] = fired.get(kind, 0) + 1
+        return out
+
+    def settle(age):  # let a hold's brake finish (reset() refuses a moving setpoint)
+        while not shield.at_rest:
+            step(age=age)
+
+    nan_command = HOME.clone()
+    nan_command[2] = float("nan")
+    out = step(nan_command)
+    assert out.info["safety/nan"] == 1 and torch.equal(out.target, HOME)  # held: no motion at all
+    beyond = HOME.clone()
+    beyond[0] = 10.0
+    for _ in range(200):
+        step(beyond)  # clamped, and far: velocity, acceleration and jerk shape the move
+    low = HOME.clone()
+    low[1], low[3] = 1.5, -0.3  # reaches down past the box floor
+    step(low)
+    for _ in range(60):
+        step()  # no command for 60 ms > 50: command timeout
+    step(HOME, age=0.015)  # 15 ms old state: hold
+    step(HOME, age=0.05)  # 50 ms old: stop, latched
+    assert shield.latched == "stale_stop"
+    with pytest.raises(ShieldResetError, match="braking"):
+        shield.reset(shield._output, clock[0], clock[0])
+    settle(age=0.05)
+    shield.reset(shield._output, clock[0], clock[0])
+    shield.estop(True)
+    step(HOME)
+    shield.estop(False)
+    settle(age=0.0)
+    shield.reset(shield._output, clock[0], clock[0])
+    step(HOME, gripper=float("nan"))
+    step(HOME, gripper=1.0)
+    expected = set(CORRECTION_KINDS) - {"delta_clip", "motion_error"}
+    assert expected <= set(fired), f"not fired: {expected - set(fired)}"
+    assert {kind: shield.counts[kind] for kind in fired} == fired
+    info = step().info
+    assert set(info) == {f"safety/{k}" for k in CORRECTION_KINDS} | {"safety/hold", "safety/stop"}
+    assert all(isinstance(v, int) for v in info.values())
+
+
+def test_delta_clip_limits_each_step_when_shaping_is_off():
+    shield = make_shield(shape_motion=False, max_step=0.01)
+    target = HOME + 0.5
+    targets = drive(shield, [target] + [None] * 9)
+    assert (targets.diff(dim=0).abs() <= 0.01 + 1e-12).all()
+    assert torch.allclose(targets[0] - HOME, torch.full((7,), 0.01, dtype=torch.float64))
+    assert shield.counts["delta_clip"] == 10
+
+
+def test_max_step_caps_the_shaped_velocity():
+    shield = make_shield(max_step=0.0005)  # 0.5 rad/s at 1 kHz
+    targets = drive(shield, [HOME + 0.3] + [None] * 600)
+    assert (torch.cat([targets[:1] - HOME, targets.diff(dim=0)]).abs() <= 0.0005 * (1 + 1e-9)).all()
+    assert shield.counts["velocity"] > 0 and shield.counts["delta_clip"] == 0
+
+
+def test_workspace_pulls_the_step_back_inside_the_box():
+    shield = make_shield(command_timeout=10.0)
+    outside = HOME.clone()
+    outside[1], outside[3] = 1.5, -0.3  # reaching forward and down: the tool point ends below the box floor
+    assert shield.chain.position(outside)[2] < BOX_MIN[2]
+    targets = drive(shield, [outside] + [None] * 1500)
+    assert shield.counts["workspace"] == 1
+    ee = shield.chain.position(targets)
+    box, margin = shield.box, shield.box.margin
+    assert box.contains(ee).all()  # the whole move stays inside the shrunk box ...
+    gap = torch.minimum(ee - (box.lower + margin), (box.upper - margin) - ee).min()
+    assert gap < 0.02  # ... and goes nearly as far as it allows
+    along = (targets[-1] - HOME) / (outside - HOME)
+    assert torch.allclose(along[[1, 3]], along[1].expand(2)) and 0.5 < along[1] < 1  # pulled back on the segment
+
+
+def test_a_start_outside_the_box_may_only_move_toward_it():
+    shield = make_shield(command_timeout=10.0)
+    outside = HOME.clone()
+    outside[1], outside[3] = 1.5, -0.3
+    shield.reset(outside, 0.0, 0.0)
+    start_distance = shield.box.distance_outside(shield.chain.position(outside), margin=0.0)
+    further = outside.clone()
+    further[1] = 1.7
+    targets = drive(shield, [further] + [None] * 300 + [HOME] + [None] * 1500)
+    distance = shield.box.distance_outside(shield.chain.position(targets), margin=0.0)
+    assert (distance[:300] <= start_distance + 1e-9).all()
+    assert distance[-1] == 0
+
+
+# ---------------------------------------------------------------- hostile sequences
+
+
+def hostile_sequence(steps: int, policy_period: int, generator: torch.Generator) -> list:
+    commands, previous = [], HOME.clone()
+    for i in range(steps):
+        if i % policy_period:
+            commands.append(None)
+            continue
+        kind = int(torch.randint(0, 6, (1,), generator=generator))
+        if kind == 0:
+            command = LOWER - 2 + torch.rand(7, generator=generator, dtype=torch.float64) * (UPPER - LOWER + 4)
+        elif kind == 1:
+            command = torch.where(torch.rand(7, generator=generator) < 0.5, UPPER + 1, LOWER - 1)
+        elif kind == 2:
+            command = -previous
+        elif kind == 3:
+            command = (torch.rand(7, generator=generator, dtype=torch.float64) * 2 - 1) * 1e9
+        elif kind == 4:
+            command = previous.clone()
+            command[torch.rand(7, generator=generator) < 0.5] = float("nan")
+            command[int(torch.randint(0, 7, (1,), generator=generator))] = float("inf")
+        else:
+            command = previous + torch.randn(7, generator=generator, dtype=torch.float64) * 0.3
+        commands.append(command)
+        if bool(torch.isfinite(command).all()):
+            previous = command
+    return commands
+
+
+@pytest.mark.parametrize("policy_period", [1, 7, 50])  # a new command every control step, and slower
+def test_hostile_sequences_never_leave_the_limits(policy_period):
+    shield = make_shield(command_timeout=10.0)
+    generator = torch.Generator().manual_seed(policy_period)
+    steps = 1000 if policy_period == 1 else 3000  # a checked command every step costs ~2 ms
+    targets = drive(shield, hostile_sequence(steps, policy_period, generator))
+    assert torch.isfinite(targets).all()
+    limits = shield.limits
+    assert (targets >= limits.lower - 1e-9).all() and (targets <= limits.upper + 1e-9).all()
+    steps = torch.cat([targets[:1] - HOME, targets.diff(dim=0)])
+    assert (steps.abs() <= limits.max_step * (1 + 1e-9)).all()
+    ee = shield.chain.position(targets)
+    assert shield.box.contains(ee, margin=0.0).all()
+    assert shield.counts["nan"] > 0 and shield.counts["position_limit"] > 0 and shield.counts["workspace"] > 0
+    assert shield.counts["motion_error"] == 0 and shield.counts["delta_clip"] == 0  # the guards never fired
+
+
+def test_shaped_output_respects_velocity_acceleration_and_jerk_at_1khz():
+    shield = make_shield(command_timeout=10.0, hold_after=0.002, stop_after=0.02)
+    generator = torch.Generator().manual_seed(3)
+    commands = hostile_sequence(4000, 40, generator)
+    targets, position = [HOME, HOME, HOME], HOME
+    for i, command in enumerate(commands):
+        now = (i + 1) * DT
+        if i == 1000:
+            shield.estop(True)  # braking from whatever motion is under way
+        if i == 1400:
+            shield.estop(False)
+            shield.reset(position, now, now)
+        stale = 2000 <= i < 2500  # a hold, then a latched stop and, once braked, its reset
+        if i == 2500:
+            shield.reset(position, now, now)
+        out = shield.filter(command, position, 1999 * DT if stale else now, now)
+        position = out.target
+        targets.append(position)
+    p = torch.stack(targets)
+    velocity = p.diff(dim=0) / DT
+    acceleration = velocity.diff(dim=0) / DT
+    jerk = acceleration.diff(dim=0) / DT
+    limits = shield.limits
+    assert (velocity.abs() <= limits.velocity * (1 + 1e-6)).all()
+    assert (acceleration.abs() <= limits.acceleration * (1 + 1e-6) + 1e-6).all()
+    assert (jerk.abs() <= limits.jerk * (1 + 1e-6) + 1e-3).all()
+    assert velocity.abs().max(dim=0).values.min() > 0.5 * limits.velocity.min()  # it really moved
+    assert shield.counts["estop"] > 0 and shield.counts["stale_stop"] > 0
+
+
+# ---------------------------------------------------------------- watchdog, timeout, e-stop
+
+
+def test_watchdog_holds_then_stops_and_needs_a_fresh_state_and_reset():
+    shield = make_shield(hold_after=0.02, stop_after=0.1, command_timeout=10.0)
+    goal = HOME + 0.3
+    drive(shield, [goal] + [None] * 50)
+    stamp, modes = 0.051, []
+    for i in range(1, 150):
+        now = stamp + i * DT
+        modes.append(shield.filter(goal, shield._output, stamp, now).mode)
+    ages = [i * DT for i in range(1, 150)]
+    assert all(m == "track" for m, age in zip(modes, ages, strict=True) if age <= 0.02 - 1e-9)
+    assert all(m == "hold" for m, age in zip(modes, ages, strict=True) if 0.02 + 1e-9 < age <= 0.1 - 1e-9)
+    assert all(m == "stop" for m, age in zip(modes, ages, strict=True) if age > 0.1 + 1e-9)
+    now = stamp + 0.2
+    assert shield.filter(None, shield._output, now, now).mode == "stop"  # fresh again, still latched
+    with pytest.raises(ShieldResetError, match="not fresh"):
+        shield.reset(shield._output, now - 0.5, now)
+    shield.reset(shield._output, now, now)
+    assert shield.filter(goal, shield._output, now + DT, now + DT).mode == "track"
+    assert shield.counts["stale_hold"] > 0 and shield.counts["stale_stop"] > 0
+
+
+@pytest.mark.parametrize("stamp", [None, float("nan"), 1.7e9])  # missing, broken, from another clock
+def test_unusable_stamps_stop(stamp):
+    shield = make_shield()
+    assert shield.filter(HOME, HOME, stamp, 0.001).mode == "stop"
+
+
+def test_non_finite_joint_state_stops():
+    shield = make_shield()
+    bad = HOME.clone()
+    bad[0] = float("nan")
+    assert shield.filter(HOME, bad, 0.001, 0.001).mode == "stop"
+
+
+def test_command_timeout_holds_until_a_new_command():
+    shield = make_shield(command_timeout=0.1)
+    targets = drive(shield, [HOME + 0.5] + [None] * 400)
+    assert abs(shield.counts["command_timeout"] - 300) <= 1  # from 0.1 s after the command to the end
+    assert targets[-1].sub(targets[-2]).abs().max() == 0  # braked to a standstill short of the target
+    assert (targets[-1] - (HOME + 0.5)).abs().max() > 0.01
+    out = shield.filter(HOME, targets[-1], 0.402, 0.402)
+    assert out.mode == "track" and out.info["safety/command_timeout"] == 0
+
+
+def test_estop_latches_until_released_and_reset():
+    shield = make_shield(command_timeout=10.0)
+    moving = drive(shield, [HOME + 1.0] + [None] * 100)
+    shield.estop(True)
+    held = drive(shield, [HOME - 1.0] + [None] * 400, start=0.101)
+    speed = held.diff(dim=0).abs().max(dim=1).values
+    assert speed[0] > 0 and speed[-100:].max() == 0  # braked, then still
+    assert (held[-1] - moving[-1]).abs().max() < 0.3  # stopped near where the press found it
+    shield.estop(False)
+    still = drive(shield, [HOME - 1.0] * 10, start=0.6)
+    assert (still - held[-1]).abs().max() == 0  # released but latched
+    shield.estop(True)
+    with pytest.raises(ShieldResetError, match="e-stop"):
+        shield.reset(held[-1], 0.62, 0.62)
+    shield.estop(False)
+    shield.reset(held[-1], 0.62, 0.62)
+    resumed = drive(shield, [HOME] + [None] * 10, start=0.62)
+    assert (resumed[-1] - held[-1]).abs().max() > 0
+    assert shield.counts["estop"] == 411
+
+
+def test_gripper_is_clamped_and_nan_holds():
+    shield = make_shield()
+    assert shield.filter(None, HOME, 0.001, 0.001, gripper=0.5).gripper.item() == pytest.approx(0.04)
+    assert shield.filter(None, HOME, 0.002, 0.002, gripper=float("nan")).gripper.item() == pytest.approx(0.04)
+    assert shield.filter(None, HOME, 0.003, 0.003, gripper=-1.0).gripper.item() == 0.0
+    assert shield.counts["gripper_limit"] == 2 and shield.counts["gripper_nan"] == 1
+
+
+def test_corrections_are_logged_at_a_limited_rate(caplog):
+    shield = make_shield(log_interval=1.0, command_timeout=10.0)
+    bad = torch.full((7,), float("nan"), dtype=torch.float64)
+    with caplog.at_level(logging.WARNING, logger="robotrl.safety"):
+        drive(shield, [bad] * 2500)
+    nan_lines = [r for r in caplog.records if "nan" in r.getMessage()]
+    assert len(nan_lines) == 3  # at 0.001, 1.001, 2.001 s
+    assert shield.counts["nan"] == 2500
+
+
+# ---------------------------------------------------------------- in simulation
+
+
+def test_simulated_panda_stays_inside_under_hostile_commands():
+    """Position actuators at 500 Hz tracking the shield's setpoints: the simulator's own joint positions,
+    velocities and tool point stay inside the hard limits and the box."""
+    model = mujoco.MjModel.from_xml_path(str(PANDA_XML))
+    data = mujoco.MjData(model)
+    period = model.opt.timestep
+    data.qpos[:7] = HOME.numpy()
+    data.ctrl[:7] = HOME.numpy()
+    mujoco.mj_forward(model, data)
+    config = ShieldConfig(
+        control_period=period, velocity_scale=0.85, workspace_min=BOX_MIN, workspace_max=BOX_MAX, workspace_margin=0.03
+    )
+    shield = Shield.from_spec(SPEC, config, PANDA_XML)
+    shield.reset(HOME, 0.0, 0.0)
+    site = model.site(SPEC.end_effector_site).id
+    commands = hostile_sequence(3000, 25, torch.Generator().manual_seed(5))
+    lower, upper, velocity = LOWER.numpy(), UPPER.numpy(), SPEC.velocity_limit.double().numpy()
+    worst_joint = worst_speed = worst_box = -math.inf
+    for i, command in enumerate(commands):
+        now = (i + 1) * period
+        data.ctrl[:7] = shield.filter(command, torch.from_numpy(data.qpos[:7].copy()), now, now).target.numpy()
+        mujoco.mj_step(model, data)
+        worst_joint = max(worst_joint, float(np.max(np.maximum(lower - data.qpos[:7], data.qpos[:7] - upper))))
+        worst_speed = max(worst_speed, float(np.max(np.abs(data.qvel[:7]) - velocity)))
+        ee = data.site_xpos[site]
+        worst_box = max(worst_box, float(np.max(np.maximum(np.array(BOX_MIN) - ee, ee - np.array(BOX_MAX)))))
+    assert worst_joint < 0 and worst_speed < 0 and worst_box < 0, (worst_joint, worst_speed, worst_box)
+    assert shield.counts["workspace"] > 0 and shield.counts["position_limit"] > 0
