@@ -4,7 +4,8 @@ takes over, against the same learner with neither and against behaviour cloning 
     python bench/hil_pick.py [--quick] [--steps N] [--save]
 
 1. Records `--demos` scripted demonstrations (robotrl-record teleop=scripted).
-2. Trains SAC (RLPD-style: layer-normed critics, 50/50 online/offline batches, a BC term) with the demos
+2. Trains SAC (RLPD-style: layer-normed critics, 50/50 online/offline batches, a BC term of
+   weight 10, episodes ending at the first success as in HIL-SERL) with the demos
    and the scripted operator (robotrl/hil/scripted_operator.py), and the same SAC with neither, side by side
    (one core each), evaluating every `--eval-interval` env steps.
 3. Trains behaviour cloning (robotrl/agents/bc.py) on the demos.
@@ -32,7 +33,7 @@ from pathlib import Path
 from common import emit, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
-TASK = ["task=panda_pick_cube", "task.reward=sparse"]
+TASK = ["task=panda_pick_cube", "task.reward=sparse", "task.terminate_on_success=true"]
 LEARNER = [
     "agent=sac",
     "agent.critic_layer_norm=true",
@@ -160,7 +161,7 @@ def main() -> None:
         runs = [
             start_run(
                 hil_dir,
-                [*common, f"hil.demos=[{demos}]", "hil.operator=scripted", "agent.bc_weight=1.0"],
+                [*common, f"hil.demos=[{demos}]", "hil.operator=scripted", "agent.bc_weight=10.0"],
                 root / "hil.log",
             ),
             start_run(plain_dir, common, root / "no_hil.log"),
