@@ -112,7 +112,7 @@ def bytes_per_transition_over_frame() -> float:
     return replay_bytes / stored / (3 * SIZE * SIZE)
 
 
-def loop_frames_per_s(steps: int, threads: int) -> float:
+def loop_frames_per_s(steps: int, threads: int, device: str = "cpu") -> float:
     from robotrl.config import to_train_config
     from robotrl.runtime.loop import train
 
@@ -129,6 +129,7 @@ def loop_frames_per_s(steps: int, threads: int) -> float:
             "video": False,
             "progress": False,
             "threads": threads,
+            "device": device,
         }
     )
     with tempfile.TemporaryDirectory() as run_dir:
@@ -138,7 +139,7 @@ def loop_frames_per_s(steps: int, threads: int) -> float:
     return (steps + 300) / elapsed
 
 
-def learn_run(max_steps: int, threads: int) -> dict:
+def learn_run(max_steps: int, threads: int, device: str = "auto") -> dict:
     """DrQ-v2 light from pixels on panda_reach, evaluated every 2k env steps, stopped at 80% success."""
     import csv
 
@@ -160,6 +161,7 @@ def learn_run(max_steps: int, threads: int) -> dict:
             "video=false",
             "progress=false",
             f"threads={threads}",
+            f"device={device}",
             f"hydra.run.dir={root}/run",
         ]
         start = time.perf_counter()
@@ -190,12 +192,39 @@ def _in_subprocess(expr: str, threads: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def cuda_figures(updates: int, threads: int, quick: bool) -> dict:
+    import torch
+
+    ours = _in_subprocess(f"b.ours_updates_per_s({20 * updates}, 'cuda')", threads)
+    reference = _in_subprocess(f"b.reference_updates_per_s({20 * updates}, 'cuda')", threads)
+    ours_bf16 = _in_subprocess(f"b.ours_updates_per_s({20 * updates}, 'cuda', 'bf16')", threads)
+    figures = {
+        "device": torch.cuda.get_device_name(),
+        "updates_per_s": round(ours, 2),
+        "reference_updates_per_s": round(reference, 2),
+        "ratio": round(ours / reference, 2),
+        "bf16_updates_per_s": round(ours_bf16, 2),
+        "bf16_ratio": round(ours_bf16 / reference, 2),
+    }
+    if not quick:
+        figures["loop_frames_per_s"] = round(loop_frames_per_s(2_000, threads, "cuda"), 2)
+    return figures
+
+
 def main() -> None:
-    args = parse_args(
-        __doc__, lambda p: p.add_argument("--learn", action="store_true", help="also run the light learning run")
-    )
+    def extra_args(parser) -> None:
+        parser.add_argument("--learn", action="store_true", help="also run the light learning run")
+        parser.add_argument("--cuda-only", action="store_true", help="only the GPU figures (on a GPU machine)")
+
+    args = parse_args(__doc__, extra_args)
     updates = 3 if args.quick else 15
     figures: dict = {"threads": args.threads, "batch": BATCH, "image": SIZE, "frame_stack": STACK}
+    if args.cuda_only:
+        figures["cuda"] = cuda_figures(updates, args.threads, args.quick)
+        if args.learn:
+            figures["learn"] = learn_run(60_000, args.threads, "cuda")
+        emit("drqv2_speed", figures, args.save)
+        return
     ours = _in_subprocess(f"b.ours_updates_per_s({updates}, 'cpu')", args.threads)
     reference = _in_subprocess(f"b.reference_updates_per_s({updates}, 'cpu')", args.threads)
     ours_bf16 = _in_subprocess(f"b.ours_updates_per_s({updates}, 'cpu', 'bf16')", args.threads)
@@ -212,13 +241,7 @@ def main() -> None:
     import torch
 
     if torch.cuda.is_available():
-        cuda_ours = _in_subprocess(f"b.ours_updates_per_s({10 * updates}, 'cuda')", args.threads)
-        cuda_ref = _in_subprocess(f"b.reference_updates_per_s({10 * updates}, 'cuda')", args.threads)
-        figures["cuda"] = {
-            "updates_per_s": round(cuda_ours, 2),
-            "reference_updates_per_s": round(cuda_ref, 2),
-            "ratio": round(cuda_ours / cuda_ref, 2),
-        }
+        figures["cuda"] = cuda_figures(updates, args.threads, args.quick)
     if args.learn:
         figures["learn"] = learn_run(60_000, args.threads)
     emit("drqv2_speed", figures, args.save)

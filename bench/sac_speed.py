@@ -6,6 +6,7 @@ Figures:
   loop_ratio: whole training loop (env step + one update per step) env steps/s, HalfCheetah-v5,
       robotrl's `train` over SB3's `learn()`.
 Goals on 2 CPU threads: ratio >= 4, loop_ratio >= 3.
+  cuda: HalfCheetah-sized update speed on a GPU, ours and SB3's, when one is at hand.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from common import emit, parse_args
 SIZES = {"Pendulum-v1": (3, 1), "HalfCheetah-v5": (17, 6)}
 
 
-def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: str) -> float:
+def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: str, device: str = "cpu") -> float:
     import torch
 
     from robotrl.agents import SAC, SACConfig
     from robotrl.data import ReplayBuffer, TensorSpec
 
     spec = {"state": TensorSpec((obs_dim,))}
-    agent = SAC(SACConfig(batch_size=256, precision=precision), spec, act_dim)
-    replay = ReplayBuffer(spec, act_dim, capacity=20_000)
+    agent = SAC(SACConfig(batch_size=256, precision=precision), spec, act_dim, device)
+    replay = ReplayBuffer(spec, act_dim, capacity=20_000, device=device)
     for _ in range(10_000):
         o = {"state": torch.randn(1, obs_dim)}
         replay.add(
@@ -42,22 +43,33 @@ def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: s
         )
     for _ in range(30):
         agent.update(replay.sample(256))
+    _sync(device)
     start = time.perf_counter()
     for _ in range(updates):
         agent.update(replay.sample(256))
+    _sync(device)
     return updates / (time.perf_counter() - start)
 
 
-def sb3_updates_per_s(env_id: str, updates: int) -> float:
+def sb3_updates_per_s(env_id: str, updates: int, device: str = "cpu") -> float:
     import gymnasium as gym
     from stable_baselines3 import SAC as SB3SAC
 
-    model = SB3SAC("MlpPolicy", gym.make(env_id), batch_size=256, learning_starts=0, device="cpu", verbose=0)
+    model = SB3SAC("MlpPolicy", gym.make(env_id), batch_size=256, learning_starts=0, device=device, verbose=0)
     model.learn(1_000)
     model.train(gradient_steps=30, batch_size=256)
+    _sync(device)
     start = time.perf_counter()
     model.train(gradient_steps=updates, batch_size=256)
+    _sync(device)
     return updates / (time.perf_counter() - start)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def robotrl_loop_steps_per_s(env_id: str, warmup: int, steps: int, precision: str) -> float:
@@ -132,6 +144,18 @@ def main() -> None:
     figures = {"threads": args.threads, "updates_timed": updates, "precision": "fp32"}
     figures.update(measure(args, "fp32", updates, warmup, steps))
     figures["bf16"] = measure(args, "bf16", updates, warmup, steps)
+    import torch
+
+    if torch.cuda.is_available():  # update speed on the GPU, both sides there
+        obs_dim, act_dim = SIZES["HalfCheetah-v5"]
+        ours = robotrl_updates_per_s(obs_dim, act_dim, updates, "fp32", "cuda")
+        theirs = sb3_updates_per_s("HalfCheetah-v5", updates, "cuda")
+        figures["cuda"] = {
+            "device": torch.cuda.get_device_name(),
+            "robotrl_updates_per_s": round(ours, 1),
+            "sb3_updates_per_s": round(theirs, 1),
+            "ratio": round(ours / theirs, 2),
+        }
     emit("sac_speed", figures, args.save)
 
 

@@ -12,7 +12,7 @@ from robotrl.agents import DrQv2, DrQv2Config
 from robotrl.data.frame_replay import FrameReplay
 from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import TensorSpec
-from robotrl.nn.augment import random_shift
+from robotrl.nn.augment import crop_each, crop_gathered, random_shift
 from robotrl.runtime.frame_stack import FrameStack
 
 K = 3
@@ -39,6 +39,18 @@ def test_random_shift_moves_each_image_within_the_pad():
     assert torch.equal(random_shift(images, pad=0), images)
     with pytest.raises(ValueError, match=r"\[B, C, H, W\]"):
         random_shift(images[0])
+
+
+def test_the_gpu_crop_equals_the_per_image_crop():
+    """The accelerator path (one gather, no host sync) cuts the same crops as the CPU path."""
+    generator = torch.Generator().manual_seed(1)
+    padded = torch.randint(0, 256, (32, 9, 28, 30), dtype=torch.uint8, generator=generator)
+    corners = torch.stack(
+        [torch.randint(0, 9, (32,), generator=generator), torch.randint(0, 11, (32,), generator=generator)], 1
+    )
+    gathered = crop_gathered(padded, corners, (20, 20))
+    assert gathered.is_contiguous() and gathered.shape == (32, 9, 20, 20)
+    assert torch.equal(gathered, crop_each(padded, corners, (20, 20)))
 
 
 def _frames(num_envs, steps, generator):

@@ -117,7 +117,7 @@ class Critic(nn.Module):
         return self.q(torch.cat([h, action.to(h.dtype)], -1))  # [N, B, 1]
 
 
-def clipped_noise(shape, std: float, clip: float, device) -> torch.Tensor:
+def clipped_noise(shape, std: float | torch.Tensor, clip: float, device) -> torch.Tensor:
     return (torch.randn(shape, device=device) * std).clamp_(-clip, clip)
 
 
@@ -153,8 +153,12 @@ class DrQv2(Agent):
         self.env_steps += episode_start.numel()
 
     def exploration_std(self) -> float:
+        return float(self._std())
+
+    def _std(self) -> torch.Tensor:
+        """The scheduled std as a 0-d tensor on the agent's device: reading it needs no host sync."""
         cfg = self.cfg
-        progress = min(int(self.env_steps) / cfg.std_decay_steps, 1.0)
+        progress = (self.env_steps.float() / cfg.std_decay_steps).clamp(max=1.0)
         return cfg.std_init + progress * (cfg.std_final - cfg.std_init)
 
     def _encode(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -167,18 +171,18 @@ class DrQv2(Agent):
             action = self.actor(*self._encode(obs)).float()
         if deterministic:
             return action
-        return (action + torch.randn_like(action) * self.exploration_std()).clamp_(-1.0, 1.0)
+        return (action + torch.randn_like(action) * self._std()).clamp_(-1.0, 1.0)
 
-    def _policy_sample(self, image: torch.Tensor, state: torch.Tensor | None, std: float) -> torch.Tensor:
+    def _policy_sample(self, image: torch.Tensor, state: torch.Tensor | None, std: torch.Tensor) -> torch.Tensor:
         return self._perturb(self.actor(image, state).float(), std)
 
-    def _perturb(self, mean: torch.Tensor, std: float) -> torch.Tensor:
+    def _perturb(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         noise = clipped_noise(mean.shape, std, self.cfg.std_clip, mean.device)
         return (mean + noise).clamp(-1.0, 1.0)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """A critic (and encoder) step on augmented observations, then an actor step on detached features."""
-        std = self.exploration_std()
+        std = self._std()
         keys, pad = self.encoder.image_keys, self.cfg.shift_pad
         obs, next_obs = shift_images(batch.obs, keys, pad), shift_images(batch.next_obs, keys, pad)
         with self._autocast():
@@ -220,7 +224,7 @@ class DrQv2(Agent):
             "critic_loss": critic_loss.detach(),
             "actor_loss": actor_loss.detach(),
             "q_mean": q.detach().mean(),
-            "exploration_std": torch.tensor(std),
+            "exploration_std": std,
         }
         if bc_loss is not None:
             metrics["bc_loss"] = bc_loss.detach()

@@ -144,7 +144,8 @@ class FrameReplay(ReplayBuffer):
         return out
 
     def _sample_index(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Uniform over the transitions whose frames are all kept (rejection: only the oldest few are not)."""
+        """Uniform over the transitions whose frames are all kept (rejection: only the oldest few are not).
+        One host sync per draw (the count of valid candidates), however many candidates were invalid."""
         filled = self.rows_filled
         if filled == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
@@ -153,9 +154,12 @@ class FrameReplay(ReplayBuffer):
             row = torch.randint(0, filled, (2 * batch_size,), device=self.device)
             env = torch.randint(0, self.num_envs, (2 * batch_size,), device=self.device)
             keep = self._valid(row, env)
-            rows.append(row[keep])
-            envs.append(env[keep])
-            have += int(keep.sum())
+            valid = int(keep.sum())
+            # the valid candidates first, in draw order (a stable sort needs no count on the host)
+            first_valid = torch.argsort((~keep).to(torch.uint8), stable=True)[:valid]
+            rows.append(row[first_valid])
+            envs.append(env[first_valid])
+            have += valid
         return torch.cat(rows)[:batch_size], torch.cat(envs)[:batch_size]
 
     def _observations(self, row: torch.Tensor, env: torch.Tensor, last: torch.Tensor) -> tuple[Obs, Obs]:
