@@ -1,0 +1,623 @@
+"""`robotrl-sim-twin`: a MuJoCo arm that behaves like a ros2_control robot on the ROS 2 topics of a real one.
+
+    robotrl-sim-twin robot=panda                          # 500 Hz, until Ctrl-C
+    robotrl-sim-twin robot=panda rate_hz=100 duration=30 cameras=[front,wrist]
+
+Every control period (`rate_hz`; the physics takes `round(period / model timestep)` substeps) the twin
+applies the newest command, steps the model and publishes `/joint_states` (sensor_msgs/JointState: the
+robot spec's joints, then its gripper joints; position, velocity, effort; header stamp = wall clock), as
+ros2_control's joint_state_broadcaster does. It takes commands as ros2_control's controllers do:
+
+- `/<controller>/commands` (std_msgs/Float64MultiArray, one joint position per spec joint, in spec order;
+  forward_position_controller): the new setpoint, held until the next command;
+- `/<trajectory_controller>/joint_trajectory` (trajectory_msgs/JointTrajectory; joint_trajectory_controller):
+  joints matched by name (a subset holds the others), followed from the current setpoint through the points
+  at their `time_from_start`, counted from `header.stamp` (zero: on receipt); cubic when every point gives
+  velocities, else linear; the last point is held;
+- `/<gripper_controller>/commands` (Float64MultiArray, one value: metres per finger) when the robot has one.
+
+The newest command of either kind replaces the other. A message with the wrong number of values, a
+non-finite value, unknown or repeated joint names, or times that do not increase is rejected whole and
+counted (`rejected[<reason>]`), never applied; positions outside the model's joint ranges are clamped to
+them and counted (`clamped`). The twin is the robot, not the safety shield (robotrl/safety/).
+
+The loop is paced by absolute deadlines (`t0 + k * period`, so it does not drift); a period whose deadline
+passed more than one period before the loop got to it is skipped and counted in `missed` (the simulation
+then runs behind the wall clock by that period; it does not step twice to catch up). Optional cameras
+(`cameras=[...]`, MJCF camera names) render on their own thread from a copy of the state at `camera_rate_hz`
+and publish sensor_msgs/Image (rgb8) on `/camera/<name>/image_raw` (MUJOCO_GL=egl renders headless).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco
+from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
+
+log = logging.getLogger(__name__)
+
+ASSETS = Path(__file__).resolve().parent.parent / "tasks" / "assets"
+REJECT_REASONS = ("wrong_length", "non_finite", "unknown_joint", "bad_trajectory")
+
+# The robot's own MJCF plus the table-top scene every task shares (floor, light, headless-friendly rendering)
+# and the `front` camera of the Panda tasks; the robot model itself is the repository's, unchanged.
+_SCENE = """<mujoco model="{robot}_twin">
+  <include file="{robot_xml}"/>
+  <include file="{scene_xml}"/>
+  <worldbody>
+    <camera name="front" pos="1.35 -0.75 0.75" xyaxes="0.640 0.768 0 -0.291 0.243 0.925" fovy="45"/>
+  </worldbody>
+</mujoco>"""
+
+
+@dataclass
+class SimTwinConfig:
+    robot: str = "panda"  # hardware/robots/<robot>.yaml; the model is tasks/assets/<robot>.xml
+    model: str | None = None  # another MJCF file (used as is, no scene added)
+    rate_hz: float = 500.0  # control rate: joint states out, commands applied
+    duration: float | None = None  # seconds to run; None: until SIGINT/SIGTERM
+    domain_id: int = 0
+    backend: str = "dds"  # dds | rclpy | auto (hardware/ros2/bridge.py:make_bridge)
+    loopback: bool = True  # stay on this machine (interface lo, no multicast)
+    joint_states_topic: str = "/joint_states"
+    controller: str = "forward_position_controller"  # /<controller>/commands; "" turns it off
+    trajectory_controller: str = "joint_trajectory_controller"  # /<...>/joint_trajectory; "" turns it off
+    gripper_controller: str = "gripper_controller"  # /<...>/commands; "" (or a robot without gripper): off
+    state_qos: str = "default"  # QoS preset of /joint_states (joint_state_broadcaster: reliable, depth 10)
+    command_qos: str = "default"  # QoS preset of the command topics
+    frame_id: str = ""
+    cameras: list[str] = field(default_factory=list)  # MJCF camera names (panda: front, wrist); [] = none
+    camera_rate_hz: float = 10.0
+    camera_width: int = 320
+    camera_height: int = 240
+    report_interval: float = 10.0  # seconds between status lines in the log; 0: none
+
+    def validate(self) -> None:
+        if not (isinstance(self.rate_hz, (int, float)) and math.isfinite(self.rate_hz) and self.rate_hz > 0):
+            raise ValueError(f"rate_hz must be a finite number > 0, got {self.rate_hz!r}")
+        if self.duration is not None and not self.duration > 0:
+            raise ValueError(f"duration must be > 0 seconds or None (run until stopped), got {self.duration!r}")
+        if not self.camera_rate_hz > 0:
+            raise ValueError(f"camera_rate_hz must be > 0, got {self.camera_rate_hz!r}")
+        if self.camera_width < 1 or self.camera_height < 1:
+            raise ValueError(
+                f"camera_width and camera_height must be >= 1, got {self.camera_width}x{self.camera_height}"
+            )
+        if self.report_interval < 0:
+            raise ValueError(f"report_interval must be >= 0, got {self.report_interval!r}")
+
+
+def load_twin_model(cfg: SimTwinConfig) -> mujoco.MjModel:
+    if cfg.model is not None:
+        path = Path(cfg.model)
+        if not path.exists():
+            raise FileNotFoundError(f"model {cfg.model!r} does not exist")
+        return mujoco.MjModel.from_xml_path(str(path))
+    robot_xml = ASSETS / f"{cfg.robot}.xml"
+    if not robot_xml.exists():
+        raise FileNotFoundError(f"robot {cfg.robot!r} has no model {robot_xml}; give one with model=<file.xml>")
+    xml = _SCENE.format(robot=cfg.robot, robot_xml=robot_xml, scene_xml=ASSETS / "scene.xml")
+    return mujoco.MjModel.from_xml_string(xml)
+
+
+class _Rejected(ValueError):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass
+class _Trajectory:
+    """A JointTrajectory resolved to the twin's joints: positions [P, J] at `times` (seconds after `start`,
+    wall clock), the first row the setpoint when it arrived; cubic Hermite when `velocities` is given."""
+
+    joints: np.ndarray
+    start: float
+    times: np.ndarray
+    positions: np.ndarray
+    velocities: np.ndarray | None
+    from_setpoint: bool  # the first row is the setpoint when it arrived (the first point is later than t=0)
+
+    def sample(self, now: float) -> np.ndarray:
+        t = now - self.start
+        if t <= self.times[0]:
+            return self.positions[0]
+        if t >= self.times[-1]:
+            return self.positions[-1]
+        i = int(np.searchsorted(self.times, t, side="right")) - 1
+        t0, t1 = self.times[i], self.times[i + 1]
+        h = t1 - t0
+        s = (t - t0) / h
+        p0, p1 = self.positions[i], self.positions[i + 1]
+        if self.velocities is None:
+            return p0 + s * (p1 - p0)
+        v0, v1 = self.velocities[i] * h, self.velocities[i + 1] * h
+        s2, s3 = s * s, s * s * s
+        return (2 * s3 - 3 * s2 + 1) * p0 + (s3 - 2 * s2 + s) * v0 + (-2 * s3 + 3 * s2) * p1 + (s3 - s2) * v1
+
+
+class SimTwin:
+    """The twin: `step()` runs one control period unpaced, `run(duration)` paces it at `rate_hz` until the
+    duration passes or `stop()` is called, `close()` leaves the ROS 2 domain. `stats()` reports periods,
+    missed periods, period jitter and command counts.
+
+    on_command(kind, msg, received_wall_time) runs on the bridge's receive thread after a command was
+    accepted (kind "commands", "joint_trajectory" or "gripper"); benchmarks use it to time round trips.
+    """
+
+    def __init__(
+        self,
+        cfg: SimTwinConfig | None = None,
+        bridge: Any | None = None,
+        on_command: Callable[[str, Any, float], None] | None = None,
+    ):
+        self.cfg = cfg = cfg or SimTwinConfig()
+        cfg.validate()
+        self.spec: RobotSpec = load_robot_spec(cfg.robot)
+        self.model = load_twin_model(cfg)
+        self.data = mujoco.MjData(self.model)
+        self.period = 1.0 / cfg.rate_hz
+        timestep = float(self.model.opt.timestep)
+        self.substeps = max(1, round(self.period / timestep))
+        if abs(self.substeps * timestep - self.period) > 1e-9 + 1e-6 * self.period:
+            log.warning(
+                "control period %.6f s is not a multiple of the model timestep %.6f s; each period steps %d "
+                "times (%.6f s of simulated time)",
+                self.period,
+                timestep,
+                self.substeps,
+                self.substeps * timestep,
+            )
+        self._on_command = on_command
+
+        # The commanded joints (spec order) and the joints published (those, then the gripper's).
+        self.joint_names = list(self.spec.joints)
+        self._joint_ids = np.array([self._id(mujoco.mjtObj.mjOBJ_JOINT, n, "joint") for n in self.joint_names])
+        self._actuators = np.array([self._actuator_of(j) for j in self._joint_ids])
+        self.lower = self.model.jnt_range[self._joint_ids, 0].copy()
+        self.upper = self.model.jnt_range[self._joint_ids, 1].copy()
+        gripper = self.spec.gripper
+        self.has_gripper = gripper is not None and bool(cfg.gripper_controller)
+        self.state_names = self.joint_names + (list(gripper.joints) if gripper is not None else [])
+        state_ids = np.array([self._id(mujoco.mjtObj.mjOBJ_JOINT, n, "joint") for n in self.state_names])
+        self._qpos = self.model.jnt_qposadr[state_ids]
+        self._qvel = self.model.jnt_dofadr[state_ids]
+        if self.has_gripper:
+            self._gripper_actuator = self._actuator_of(state_ids[len(self.joint_names)])
+            self._gripper_range = (min(gripper.open, gripper.closed), max(gripper.open, gripper.closed))
+
+        # Start at rest in the home pose, holding it.
+        self.data.qpos[self.model.jnt_qposadr[self._joint_ids]] = self.spec.home.double().numpy()
+        mujoco.mj_forward(self.model, self.data)
+        self._setpoint = self.spec.home.double().numpy().copy()
+        self._target: np.ndarray | None = None  # newest forward command (replaced whole, read by the loop)
+        self._trajectory: _Trajectory | None = None
+        self._gripper_target: float | None = gripper.open if self.has_gripper else None
+        self.data.ctrl[self._actuators] = self._setpoint
+        if self.has_gripper:
+            self.data.ctrl[self._gripper_actuator] = self._gripper_target
+        self._command_lock = threading.Lock()
+
+        # Counters and timing.
+        self.periods = 0
+        self.missed = 0
+        self.accepted: dict[str, int] = defaultdict(int)
+        self.rejected: dict[str, int] = defaultdict(int)
+        self.clamped = 0
+        self.images = 0
+        self._publish_times: list[float] = []
+        self._lateness: list[float] = []
+        self._last_warning: dict[str, float] = {}
+        self._stop = threading.Event()
+
+        from robotrl.hardware.ros2 import make_bridge
+        from robotrl.hardware.ros2.msgs import Float64MultiArray, Image, JointState, JointTrajectory
+
+        self._JointState = JointState
+        self._owns_bridge = bridge is None
+        self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
+        self.joint_states = self.bridge.publisher(cfg.joint_states_topic, JointState, cfg.state_qos)
+        self.topics = {"joint_states": self.joint_states.topic}
+        self._subscriptions = []
+        if cfg.controller:
+            topic = f"/{cfg.controller}/commands"
+            self._subscriptions.append(
+                self.bridge.subscription(topic, Float64MultiArray, cfg.command_qos, self._on_forward)
+            )
+            self.topics["commands"] = topic
+        if cfg.trajectory_controller:
+            topic = f"/{cfg.trajectory_controller}/joint_trajectory"
+            self._subscriptions.append(
+                self.bridge.subscription(topic, JointTrajectory, cfg.command_qos, self._on_trajectory)
+            )
+            self.topics["joint_trajectory"] = topic
+        if self.has_gripper:
+            topic = f"/{cfg.gripper_controller}/commands"
+            self._subscriptions.append(
+                self.bridge.subscription(topic, Float64MultiArray, cfg.command_qos, self._on_gripper)
+            )
+            self.topics["gripper"] = topic
+
+        self._cameras: _CameraThread | None = None
+        if cfg.cameras:
+            for name in cfg.cameras:
+                self._id(mujoco.mjtObj.mjOBJ_CAMERA, name, "camera")
+            publishers = {
+                name: self.bridge.publisher(f"/camera/{name}/image_raw", Image, "sensor_data") for name in cfg.cameras
+            }
+            self.topics.update({f"camera/{name}": p.topic for name, p in publishers.items()})
+            self._cameras = _CameraThread(self, publishers)
+
+    # -- model lookups ------------------------------------------------------------------------------
+    def _id(self, kind, name: str, what: str) -> int:
+        idx = mujoco.mj_name2id(self.model, kind, name)
+        if idx < 0:
+            raise KeyError(f"{what} {name!r} of robot {self.cfg.robot!r} is not in its model")
+        return idx
+
+    def _actuator_of(self, joint_id: int) -> int:
+        for a in range(self.model.nu):
+            if int(self.model.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_JOINT) and (
+                self.model.actuator_trnid[a, 0] == joint_id
+            ):
+                return a
+        raise KeyError(f"joint {mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_JOINT, joint_id)!r} has no actuator")
+
+    # -- commands (run on the bridge's receive thread) -------------------------------------------------
+    def _reject(self, kind: str, error: _Rejected) -> None:
+        with self._command_lock:
+            self.rejected[error.reason] += 1
+        now = time.monotonic()
+        if now - self._last_warning.get(error.reason, -math.inf) >= 1.0:  # at most one line per reason a second
+            self._last_warning[error.reason] = now
+            log.warning("rejected a %s message (%s): %s", kind, error.reason, error)
+
+    def _clamp(self, positions: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+        clamped = np.clip(positions, lower, upper)
+        if not np.array_equal(clamped, positions):
+            with self._command_lock:
+                self.clamped += 1
+        return clamped
+
+    def _accepted(self, kind: str, msg: Any) -> None:
+        received = time.time()
+        with self._command_lock:
+            self.accepted[kind] += 1
+        if self._on_command is not None:
+            self._on_command(kind, msg, received)
+
+    def _on_forward(self, msg) -> None:
+        try:
+            values = _finite(msg.data, len(self.joint_names), "commands")
+        except _Rejected as error:
+            return self._reject("commands", error)
+        target = self._clamp(values, self.lower, self.upper)
+        with self._command_lock:
+            self._target, self._trajectory = target, None
+        self._accepted("commands", msg)
+
+    def _on_gripper(self, msg) -> None:
+        try:
+            (value,) = _finite(msg.data, 1, "gripper commands")
+        except _Rejected as error:
+            return self._reject("gripper", error)
+        lo, hi = self._gripper_range
+        clamped = min(max(value, lo), hi)
+        with self._command_lock:
+            self.clamped += clamped != value
+            self._gripper_target = clamped
+        self._accepted("gripper", msg)
+
+    def _on_trajectory(self, msg) -> None:
+        try:
+            trajectory = self._resolve_trajectory(msg, time.time())
+        except _Rejected as error:
+            return self._reject("joint_trajectory", error)
+        with self._command_lock:
+            # The setpoint is read here, under the lock, so the trajectory starts where the arm is being held.
+            if trajectory.from_setpoint:
+                trajectory.positions[0] = self._setpoint[trajectory.joints]
+            self._trajectory, self._target = trajectory, None
+        self._accepted("joint_trajectory", msg)
+
+    def _resolve_trajectory(self, msg, now: float) -> _Trajectory:
+        names = list(msg.joint_names)
+        if not names:
+            raise _Rejected("unknown_joint", "joint_trajectory names no joints")
+        unknown = [n for n in names if n not in self.joint_names]
+        if unknown:
+            raise _Rejected("unknown_joint", f"unknown joints {unknown}; this robot has {self.joint_names}")
+        if len(set(names)) != len(names):
+            raise _Rejected("unknown_joint", f"joint names repeat: {names}")
+        if not msg.points:
+            raise _Rejected("bad_trajectory", "joint_trajectory has no points")
+        joints = np.array([self.joint_names.index(n) for n in names])
+        times, positions, velocities = [], [], []
+        for i, point in enumerate(msg.points):
+            positions.append(_finite(point.positions, len(names), f"point {i} positions"))
+            if point.velocities:
+                velocities.append(_finite(point.velocities, len(names), f"point {i} velocities"))
+            t = point.time_from_start.sec + point.time_from_start.nanosec * 1e-9
+            if times and not t > times[-1]:
+                raise _Rejected(
+                    "bad_trajectory", f"time_from_start must increase: point {i} at {t} s after {times[-1]} s"
+                )
+            times.append(t)
+        if velocities and len(velocities) != len(positions):
+            raise _Rejected("bad_trajectory", "either every point gives velocities or none does")
+        if times[0] < 0:
+            raise _Rejected("bad_trajectory", f"time_from_start must be >= 0, got {times[0]} s")
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        positions_arr = self._clamp(np.stack(positions), self.lower[joints], self.upper[joints])
+        # Prepend the setpoint at t=0 (filled in under the lock) unless the first point is at t=0 itself.
+        from_setpoint = times[0] > 0
+        if from_setpoint:
+            times.insert(0, 0.0)
+            positions_arr = np.concatenate([positions_arr[:1], positions_arr])
+            if velocities:
+                velocities.insert(0, np.zeros(len(names)))
+        return _Trajectory(
+            joints=joints,
+            start=stamp if stamp > 0 else now,
+            times=np.asarray(times),
+            positions=positions_arr,
+            velocities=np.stack(velocities) if velocities else None,
+            from_setpoint=from_setpoint,
+        )
+
+    # -- the control period -------------------------------------------------------------------------
+    def step(self) -> None:
+        """One control period: apply the newest command, step the physics, publish the joint state."""
+        with self._command_lock:
+            if self._trajectory is not None:
+                trajectory = self._trajectory
+                self._setpoint[trajectory.joints] = trajectory.sample(time.time())
+            elif self._target is not None:
+                self._setpoint[:] = self._target
+            self.data.ctrl[self._actuators] = self._setpoint
+            if self._gripper_target is not None:
+                self.data.ctrl[self._gripper_actuator] = self._gripper_target
+        for _ in range(self.substeps):
+            mujoco.mj_step(self.model, self.data)
+        self.publish_joint_state()
+        self.periods += 1
+        if self._cameras is not None:
+            self._cameras.offer(self.data)
+
+    def publish_joint_state(self) -> None:
+        data = self.data
+        effort = data.qfrc_actuator[self._qvel]
+        now = time.time()
+        msg = self._JointState(
+            name=self.state_names,
+            position=data.qpos[self._qpos].tolist(),
+            velocity=data.qvel[self._qvel].tolist(),
+            effort=effort.tolist(),
+        )
+        ns = int(now * 1e9)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
+        msg.header.frame_id = self.cfg.frame_id
+        self.joint_states.publish(msg)
+        self._publish_times.append(time.monotonic())
+
+    @property
+    def setpoint(self) -> np.ndarray:
+        with self._command_lock:
+            return self._setpoint.copy()
+
+    # -- pacing -------------------------------------------------------------------------------------
+    def run(self, duration: float | None = None) -> dict[str, Any]:
+        """Step at `rate_hz` on absolute deadlines until `duration` seconds pass (None: the config's; still
+        None: until `stop()`). Returns `stats()`."""
+        duration = self.cfg.duration if duration is None else duration
+        if self._cameras is not None and not self._cameras.is_alive():
+            self._cameras.start()
+            self._cameras.ready.wait(30.0)  # creating the GL context stalls the process for ~100 ms: not in the loop
+        period = self.period
+        start = time.monotonic()
+        end = math.inf if duration is None else start + duration
+        next_report = start + self.cfg.report_interval if self.cfg.report_interval > 0 else math.inf
+        tick = 0
+        while not self._stop.is_set():
+            deadline = start + tick * period
+            if deadline >= end:
+                break
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self._lateness.append(time.monotonic() - deadline)
+            self.step()
+            now = time.monotonic()
+            tick += 1
+            latest_due = int((now - start) / period)  # the newest deadline already passed
+            if latest_due > tick:  # deadlines more than a period old: those periods never ran
+                self.missed += latest_due - tick
+                tick = latest_due
+            if now >= next_report:
+                next_report = now + self.cfg.report_interval
+                log.info("sim twin: %s", json.dumps(self.stats()))
+        return self.stats()
+
+    def stop(self) -> None:
+        """Make `run` return after the period in progress (thread- and signal-safe)."""
+        self._stop.set()
+
+    def stats(self) -> dict[str, Any]:
+        intervals = np.diff(np.asarray(self._publish_times)) if len(self._publish_times) > 1 else np.zeros(0)
+        lateness = np.asarray(self._lateness)
+        due = self.periods + self.missed
+        with self._command_lock:
+            accepted, rejected, clamped = dict(self.accepted), dict(self.rejected), self.clamped
+
+        def ms(values: np.ndarray, fn) -> float | None:
+            return round(float(fn(values)) * 1e3, 4) if values.size else None
+
+        return {
+            "rate_hz": self.cfg.rate_hz,
+            "periods": self.periods,
+            "missed": self.missed,
+            "missed_frac": self.missed / due if due else 0.0,
+            "period_mean_ms": ms(intervals, np.mean),
+            "period_jitter_ms": ms(intervals, np.std),  # std of the intervals between joint states
+            "period_max_ms": ms(intervals, np.max),
+            "lateness_p99_ms": ms(lateness, lambda x: np.percentile(x, 99)),  # wake-up after the deadline
+            "lateness_max_ms": ms(lateness, np.max),
+            "accepted": accepted,
+            "rejected": {reason: rejected.get(reason, 0) for reason in REJECT_REASONS},
+            "clamped": clamped,
+            "images": self.images,
+        }
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._cameras is not None:
+            self._cameras.close()
+            self._cameras = None
+        if self._owns_bridge and self.bridge is not None:
+            self.bridge.close()
+        self.bridge = None
+
+    def __enter__(self) -> SimTwin:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _finite(values, length: int, what: str) -> np.ndarray:
+    if len(values) != length:
+        raise _Rejected("wrong_length", f"{what} must have {length} values, got {len(values)}")
+    array = np.asarray(values, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise _Rejected("non_finite", f"{what} has non-finite values at indices {bad.tolist()}")
+    return array
+
+
+class _CameraThread(threading.Thread):
+    """Renders the cameras from a copy of the newest state at camera_rate_hz, off the control loop (an EGL
+    frame costs milliseconds; the control loop only copies qpos when a frame is due)."""
+
+    def __init__(self, twin: SimTwin, publishers: dict):
+        super().__init__(name="robotrl-sim-twin-cameras", daemon=True)
+        self.twin = twin
+        self.publishers = publishers
+        self.period = 1.0 / twin.cfg.camera_rate_hz
+        self.data = mujoco.MjData(twin.model)
+        self._qpos: np.ndarray | None = None
+        self._ready = threading.Condition()
+        self._next = 0.0
+        self._closing = False
+        self.ready = threading.Event()
+
+    def offer(self, data) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = max(self._next + self.period, now)
+        with self._ready:
+            self._qpos = data.qpos.copy()
+            self._ready.notify()
+
+    def run(self) -> None:
+        from robotrl.hardware.ros2.msgs import Image
+
+        cfg = self.twin.cfg
+        try:
+            renderer = mujoco.Renderer(self.twin.model, cfg.camera_height, cfg.camera_width)
+        finally:
+            self.ready.set()
+        try:
+            while True:
+                with self._ready:
+                    self._ready.wait_for(lambda: self._qpos is not None or self._closing)
+                    if self._closing:
+                        return
+                    qpos, self._qpos = self._qpos, None
+                self.data.qpos[:] = qpos
+                mujoco.mj_forward(self.twin.model, self.data)
+                now = time.time()
+                ns = int(now * 1e9)
+                for name, publisher in self.publishers.items():
+                    renderer.update_scene(self.data, name)
+                    pixels = renderer.render()
+                    msg = Image(
+                        height=cfg.camera_height,
+                        width=cfg.camera_width,
+                        encoding="rgb8",
+                        step=cfg.camera_width * 3,
+                        data=pixels.tobytes(),
+                    )
+                    msg.header.stamp.sec, msg.header.stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
+                    msg.header.frame_id = f"{name}_optical_frame"
+                    publisher.publish(msg)
+                    self.twin.images += 1
+        finally:
+            renderer.close()
+
+    def close(self) -> None:
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        if self.is_alive():
+            self.join(timeout=5.0)
+
+
+# ---- Hydra entry point -----------------------------------------------------------------------------------
+
+
+def _register() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="sim_twin_schema", node=SimTwinConfig)
+
+
+def main() -> None:
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    _register()
+
+    @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="sim_twin")
+    def _hydra_main(cfg: DictConfig) -> None:
+        twin_cfg: SimTwinConfig = OmegaConf.to_object(cfg)
+        twin = SimTwin(twin_cfg)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: twin.stop())
+        log.info(
+            "sim twin of %s at %g Hz (%d physics steps a period) on ROS 2 domain %d (%s%s): %s",
+            twin_cfg.robot,
+            twin_cfg.rate_hz,
+            twin.substeps,
+            twin_cfg.domain_id,
+            twin.bridge.backend,
+            ", loopback" if twin_cfg.loopback else "",
+            ", ".join(twin.topics.values()),
+        )
+        try:
+            stats = twin.run()
+        finally:
+            twin.close()
+        print(json.dumps({"sim_twin": stats}), flush=True)
+
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
