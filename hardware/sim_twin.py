@@ -37,7 +37,7 @@ import os
 import signal
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +53,7 @@ from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
 log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parent.parent / "tasks" / "assets"
+TIMING_WINDOW = 200_000  # periods whose timings stats() reports (400 s at 500 Hz)
 REJECT_REASONS = ("wrong_length", "non_finite", "unknown_joint", "bad_trajectory")
 
 # The robot's own MJCF plus the table-top scene every task shares (floor, light, headless-friendly rendering)
@@ -221,8 +222,9 @@ class SimTwin:
         self.rejected: dict[str, int] = defaultdict(int)
         self.clamped = 0
         self.images = 0
-        self._publish_times: list[float] = []
-        self._lateness: list[float] = []
+        # Timings of the last TIMING_WINDOW periods (jitter is reported over those; hours at 500 Hz stay bounded)
+        self._publish_times: deque[float] = deque(maxlen=TIMING_WINDOW)
+        self._lateness: deque[float] = deque(maxlen=TIMING_WINDOW)
         self._last_warning: dict[str, float] = {}
         self._stop = threading.Event()
 
@@ -453,6 +455,15 @@ class SimTwin:
                 next_report = now + self.cfg.report_interval
                 log.info("sim twin: %s", json.dumps(self.stats()))
         return self.stats()
+
+    def reset_stats(self) -> None:
+        """Start the counters and timings of `stats()` afresh (after a warm-up, say)."""
+        with self._command_lock:
+            self.periods = self.missed = self.clamped = self.images = 0
+            self.accepted.clear()
+            self.rejected.clear()
+            self._publish_times.clear()
+            self._lateness.clear()
 
     def stop(self) -> None:
         """Make `run` return after the period in progress (thread- and signal-safe)."""
