@@ -434,6 +434,7 @@ class SimTwin:
         period = self.period
         start = time.monotonic()
         end = math.inf if duration is None else start + duration
+        ticks = math.inf if duration is None else math.ceil(duration / period - 1e-9)  # deadlines before the end
         next_report = start + self.cfg.report_interval if self.cfg.report_interval > 0 else math.inf
         tick = 0
         while not self._stop.is_set():
@@ -447,7 +448,7 @@ class SimTwin:
             self.step()
             now = time.monotonic()
             tick += 1
-            latest_due = int((now - start) / period)  # the newest deadline already passed
+            latest_due = min(int((now - start) / period), ticks)  # the newest deadline already passed
             if latest_due > tick:  # deadlines more than a period old: those periods never ran
                 self.missed += latest_due - tick
                 tick = latest_due
