@@ -174,9 +174,10 @@ def test_every_correction_kind_is_counted_and_reported():
     fired = {}
     clock = [0.0]
 
-    def step(command=None, age=0.0, gripper=None):
+    def step(command=None, age=0.0, gripper=None, lag=0.0):
         clock[0] += DT
-        out = shield.filter(command, shield._output, clock[0] - age, clock[0], gripper=gripper)
+        measured = shield._output - lag  # a joint state that lags the setpoint by `lag`
+        out = shield.filter(command, measured, clock[0] - age, clock[0], gripper=gripper)
         for kind in CORRECTION_KINDS:
             if out.info[f"safety/{kind}"]:
                 fired[kind] = fired.get(kind, 0) + 1
@@ -197,6 +198,7 @@ def test_every_correction_kind_is_counted_and_reported():
     low = HOME.clone()
     low[1], low[3] = 1.5, -0.3  # reaches down past the box floor
     step(low)
+    step(lag=0.2)  # the arm lags its setpoint by more than tracking_error (0.15 rad): re-seeded
     for _ in range(60):
         step()  # no command for 60 ms > 50: command timeout
     step(HOME, age=0.015)  # 15 ms old state: hold

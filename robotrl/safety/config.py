@@ -19,6 +19,10 @@ class ShieldConfig:
     acceleration_scale: float = 1.0
     jerk_scale: float = 1.0
     max_step: float | Sequence[float] | None = None  # rad per control step; None: velocity limit * period
+    # rad: when a measured joint is further than this from the setpoint last sent, the motion is re-seeded
+    # from the measured state (one value or per joint; None: off). A position-controlled joint that lags far
+    # behind its setpoint sprints to catch up, faster than any velocity limit the setpoints keep.
+    tracking_error: float | Sequence[float] | None = 0.15
     workspace_min: Sequence[float] | None = None  # end-effector box corners (x, y, z) in the model's world frame;
     workspace_max: Sequence[float] | None = None  # both None: no workspace check
     workspace_margin: float = 0.02  # m: targets must lie this far inside the box (room for tracking error)
@@ -44,6 +48,8 @@ class ShieldConfig:
             if not 0 < value <= 1:
                 raise ShieldConfigError(f"shield.{name} must be in (0, 1], got {value}")
         _per_joint("position_margin", self.position_margin, num_joints, allow_zero=True)
+        if self.tracking_error is not None:
+            _per_joint("tracking_error", self.tracking_error, num_joints, allow_zero=False)
         if self.max_step is not None:
             _per_joint("max_step", self.max_step, num_joints, allow_zero=False)
         if self.has_workspace:

@@ -21,6 +21,7 @@ CORRECTION_KINDS = (
     "command_timeout",  # no policy command for command_timeout: holding
     "gripper_nan",
     "gripper_limit",
+    "tracking_error",  # a measured joint lagged its setpoint by more than tracking_error: re-seeded from it
     "motion_error",  # the trajectory generator failed; the setpoint was held
 )
 

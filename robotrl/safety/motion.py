@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from robotrl.safety.limits import JointLimits
@@ -83,6 +84,16 @@ class JerkLimitedMotion:
     def velocity(self) -> torch.Tensor:
         return torch.tensor(self._input.current_velocity, dtype=torch.float64)
 
+    def reseed(self, position: torch.Tensor, velocity: torch.Tensor) -> None:
+        """Continue from a measured state (the robot lags its setpoint): position and velocity from the
+        measurement (velocity clamped to the limits), acceleration zero; the next step plans from there."""
+        self.position = position.double().clone()
+        limit = self.limits.velocity
+        velocity = torch.minimum(torch.maximum(velocity.double(), -limit), limit)
+        self._input.current_position = self.position.tolist()
+        self._input.current_velocity = velocity.tolist()
+        self._input.current_acceleration = [0.0] * len(self.position)
+
     def step_toward(self, target: torch.Tensor) -> MotionStep:
         self._input.control_interface = self._ruckig.ControlInterface.Position
         self._input.target_position = target.tolist()
@@ -102,8 +113,8 @@ class JerkLimitedMotion:
         self.reset(self.position)
         return MotionStep(self.position.clone(), failed=True)
 
-    def path_to(self, target: torch.Tensor) -> torch.Tensor | None:
-        """Points [N, n] along the move to `target` from the current state (None: no trajectory found)."""
+    def path_to(self, target: torch.Tensor) -> np.ndarray | None:
+        """Points [N, n] (numpy) along the move to `target` from the current state (None: no trajectory)."""
         self._input.control_interface = self._ruckig.ControlInterface.Position
         self._input.target_position = target.tolist()
         if not self._solve(self._generator.calculate, self._trajectory):
@@ -111,8 +122,8 @@ class JerkLimitedMotion:
         duration = self._trajectory.duration
         samples = min(MAX_PATH_SAMPLES, max(2, math.ceil(duration / PATH_SAMPLE_PERIOD) + 1))
         at_time = self._trajectory.at_time
-        points = [at_time(duration * i / (samples - 1))[0] for i in range(samples)]
-        return torch.tensor(points, dtype=torch.float64)
+        step = duration / (samples - 1)
+        return np.array([at_time(step * i)[0] for i in range(samples)], dtype=np.float64)
 
     def _at_rest(self) -> bool:
         return all(abs(v) < REST for v in self._input.current_velocity) and all(
@@ -163,6 +174,9 @@ class StepClippedMotion:
     def velocity(self) -> torch.Tensor:
         return torch.zeros_like(self.position)
 
+    def reseed(self, position: torch.Tensor, velocity: torch.Tensor) -> None:
+        self.reset(position)
+
     def step_toward(self, target: torch.Tensor) -> MotionStep:
         delta = target - self.position
         clipped = torch.maximum(torch.minimum(delta, self.limits.max_step), -self.limits.max_step)
@@ -172,12 +186,13 @@ class StepClippedMotion:
     def brake(self) -> MotionStep:
         return MotionStep(self.position.clone())
 
-    def path_to(self, target: torch.Tensor) -> torch.Tensor:
+    def path_to(self, target: torch.Tensor) -> np.ndarray:
         """Each joint moves `max_step` per period until it arrives (a bent line in joint space)."""
         delta = target - self.position
         steps = float((delta.abs() / self.limits.max_step).ceil().max())
         at = torch.linspace(0.0, steps, min(MAX_PATH_SAMPLES, int(steps) + 1), dtype=torch.float64)
-        return self.position + torch.minimum(at[:, None] * self.limits.max_step, delta.abs()) * delta.sign()
+        path = self.position + torch.minimum(at[:, None] * self.limits.max_step, delta.abs()) * delta.sign()
+        return path.numpy()
 
     def override_position(self, position: torch.Tensor) -> None:
         self.reset(position)

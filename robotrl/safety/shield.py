@@ -57,6 +57,11 @@ class Shield:
             if config.shape_motion
             else StepClippedMotion(self.limits)
         )
+        self._tracking_bound = (
+            None if config.tracking_error is None else _per_joint(config.tracking_error, len(spec.joints))
+        )
+        self._measured: tuple[torch.Tensor, float] | None = None  # last fresh joint state and its stamp
+        self._measured_velocity = torch.zeros(len(spec.joints), dtype=torch.float64)
         self.watchdog = StateWatchdog(config.hold_after, config.stop_after)
         self.corrections = CorrectionCounter(config.log_interval)
         self._started = False
@@ -123,6 +128,8 @@ class Shield:
         # a measured position a hair beyond a hard limit: start from the limit, never command beyond it
         position = torch.minimum(torch.maximum(position, self._hard_lower), self._hard_upper)
         self.motion.reset(position)
+        self._measured = (position.clone(), float(state_stamp))
+        self._measured_velocity.zero_()
         self._safe_target = position.clone()
         self._output = position.clone()
         self._last_command_time = now
@@ -140,16 +147,20 @@ class Shield:
         state_stamp: float | None,
         now: float,
         gripper: float | torch.Tensor | None = None,
+        joint_velocity: torch.Tensor | None = None,
     ) -> SafeCommand:
         """One control period. `command` is the policy's new joint-position target, or None when the policy
         has not produced a new one since the last call (pass each command once: the timeout counts from it).
-        `state_stamp` and `now` are seconds on one monotonic clock."""
+        `state_stamp` and `now` are seconds on one monotonic clock. `joint_velocity` (measured) is used when
+        the motion is re-seeded after a tracking error; without it the velocity is estimated from the
+        joint positions of consecutive stamps."""
         if not self._started:
             raise RuntimeError("call Shield.reset(joint_position, state_stamp, now) before filter()")
         _check_time(now)
         count = self.corrections
         count.begin_step()
-        state_age = self._state_age(joint_position, state_stamp, now)
+        position = self._joint_vector(joint_position, "joint_position")
+        state_age = self._state_age(position, state_stamp, now)
         if state_age is StateAge.STOP and not self._stop_latched:
             self._stop_latched = True
             logger.warning("safety shield: joint state stale or invalid (stamp %s, now %s): stopped", state_stamp, now)
@@ -162,6 +173,11 @@ class Shield:
                 new_target = command
             else:
                 count.add("nan", now)
+
+        reseeded = False
+        if state_age is StateAge.FRESH:
+            velocity = self._observe(position, state_stamp, joint_velocity)
+            reseeded = self._check_tracking(position, velocity, now)
 
         mode = "track"
         if self._estop_latched:
@@ -177,6 +193,17 @@ class Shield:
             mode = "hold"
             count.add("command_timeout", now)
 
+        if mode == "track" and reseeded and self.box is not None:
+            # the predicted path changed with the state: the target being tracked must be checked again
+            kept, cut = limit_target_to_workspace(
+                self.chain, self.box, self.motion.position, self.motion.position, self._safe_target, self.motion.path_to
+            )
+            if cut:
+                self.corrections.add("workspace", now)
+            if kept is None:
+                mode = "hold"
+            else:
+                self._safe_target = kept
         if mode == "track" and new_target is not None:
             accepted = self._accept(new_target, now)
             if accepted is None:  # no part of the move, not even the current plan, stays in the workspace
@@ -200,8 +227,32 @@ class Shield:
         gripper_out = None if self._gripper is None else self._gripper.clone()
         return SafeCommand(target=target.clone(), gripper=gripper_out, mode=mode, info=info)
 
-    def _state_age(self, joint_position: torch.Tensor, state_stamp: float | None, now: float) -> StateAge:
-        position = self._joint_vector(joint_position, "joint_position")
+    def _observe(self, position: torch.Tensor, stamp: float, joint_velocity) -> torch.Tensor:
+        """The measured joint velocity: given, or the finite difference of this state and the last fresh one."""
+        previous = self._measured
+        if previous is None or stamp > previous[1]:
+            if previous is not None:
+                self._measured_velocity = (position - previous[0]) / (stamp - previous[1])
+            self._measured = (position, stamp)
+        if joint_velocity is not None:
+            velocity = self._joint_vector(joint_velocity, "joint_velocity")
+            if bool(torch.isfinite(velocity).all()):
+                return velocity
+        return self._measured_velocity
+
+    def _check_tracking(self, position: torch.Tensor, velocity: torch.Tensor, now: float) -> bool:
+        """Re-seed the motion from the measured state when a joint lags its last setpoint by more than the
+        bound: a position-controlled joint far from its setpoint sprints back faster than the setpoints move."""
+        bound = self._tracking_bound
+        if bound is None or not bool(((position - self._output).abs() > bound).any()):
+            return False
+        self.corrections.add("tracking_error", now, f"measured {position.tolist()}, setpoint {self._output.tolist()}")
+        position = torch.minimum(torch.maximum(position, self._hard_lower), self._hard_upper)
+        self.motion.reseed(position, velocity)
+        self._output = position.clone()
+        return True
+
+    def _state_age(self, position: torch.Tensor, state_stamp: float | None, now: float) -> StateAge:
         if not bool(torch.isfinite(position).all()):
             return StateAge.STOP if self.config.watchdog else StateAge.HOLD
         if not self.config.watchdog:
@@ -281,6 +332,11 @@ class Shield:
         if vector.shape != (len(self.spec.joints),):
             raise ValueError(f"{name} must have shape ({len(self.spec.joints)},), got {tuple(vector.shape)}")
         return vector
+
+
+def _per_joint(value, n: int) -> torch.Tensor:
+    values = torch.as_tensor(value, dtype=torch.float64).flatten()
+    return values.expand(n).clone() if values.numel() == 1 else values
 
 
 def _check_time(now: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from robotrl.safety.kinematics import KinematicChain
@@ -18,6 +19,8 @@ class WorkspaceBox:
         self.lower = torch.tensor(lower, dtype=torch.float64)
         self.upper = torch.tensor(upper, dtype=torch.float64)
         self.margin = float(margin)
+        self._lower_inner = (self.lower + self.margin).numpy()
+        self._upper_inner = (self.upper - self.margin).numpy()
 
     def distance_outside(self, point: torch.Tensor, margin: float | None = None) -> torch.Tensor:
         """Euclidean distance from the box shrunk by `margin` (default: the box's), 0 inside; [...]."""
@@ -29,6 +32,12 @@ class WorkspaceBox:
     def contains(self, point: torch.Tensor, margin: float | None = None) -> torch.Tensor:
         return self.distance_outside(point, margin) == 0
 
+    def max_distance_outside(self, points: np.ndarray) -> float:
+        """The largest `distance_outside` (own margin) over points [N, 3], in numpy (the per-step check)."""
+        below = np.maximum(self._lower_inner - points, 0.0)
+        above = np.maximum(points - self._upper_inner, 0.0)
+        return float(np.sqrt(((below + above) ** 2).sum(axis=1)).max())
+
 
 def limit_target_to_workspace(
     chain: KinematicChain,
@@ -36,7 +45,7 @@ def limit_target_to_workspace(
     current: torch.Tensor,
     base: torch.Tensor,
     candidate: torch.Tensor,
-    path_to: Callable[[torch.Tensor], torch.Tensor | None],
+    path_to: Callable[[torch.Tensor], np.ndarray | None],
 ) -> tuple[torch.Tensor | None, bool]:
     """The target nearest `candidate` on the joint-space segment base -> candidate whose whole predicted path
     (`path_to(target)`: joint positions along the move from the current state) keeps the tool point allowed.
@@ -46,11 +55,11 @@ def limit_target_to_workspace(
     being tracked. Returns (target, whether it was cut); target None: not even `base` is allowed (the
     caller brakes).
     """
-    limit = box.distance_outside(chain.position(current)) + 1e-12
+    limit = box.max_distance_outside(chain.site_positions(current.numpy()[None])) + 1e-12
 
     def allowed(target: torch.Tensor) -> bool:
         path = path_to(target)
-        return path is not None and bool((box.distance_outside(chain.position(path)) <= limit).all())
+        return path is not None and box.max_distance_outside(chain.site_positions(path)) <= limit
 
     if allowed(candidate):
         return candidate, False
