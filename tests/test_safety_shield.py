@@ -134,6 +134,8 @@ def test_kinematic_chain_errors_name_the_problem(tmp_path):
         ({"position_margin": [0.1, 0.1]}, "position_margin"),
         ({"position_margin": 1.6}, "joint4"),  # joint4's range is 3.0 rad: 1.6 rad each side leaves nothing
         ({"max_step": 0.0}, "max_step"),
+        ({"tracking_error": 0.0}, "tracking_error"),
+        ({"tracking_error": [0.1] * 3}, "tracking_error"),
         ({"workspace_min": (0.0, 0.0)}, "workspace_min"),
         ({"workspace_min": (0.5, -0.5, 0.1), "workspace_max": (0.4, 0.5, 0.9)}, "workspace_max.x"),
         ({"workspace_margin": 0.5}, "workspace_margin"),
@@ -463,3 +465,107 @@ def test_simulated_panda_stays_inside_under_hostile_commands():
         worst_box = max(worst_box, float(np.max(np.maximum(np.array(BOX_MIN) - ee, ee - np.array(BOX_MAX)))))
     assert worst_joint < 0 and worst_speed < 0 and worst_box < 0, (worst_joint, worst_speed, worst_box)
     assert shield.counts["workspace"] > 0 and shield.counts["position_limit"] > 0
+
+
+# ---------------------------------------------------------------- tracking error
+
+
+def lagging_arm(shield: Shield, steps: int, goal: torch.Tensor, blocked: range, gain: float = 10.0):
+    """A position-controlled arm with a stiff catch-up: joint speed = gain * (setpoint - position), not
+    limited by the shield (like a PD loop far from its setpoint), and stuck (speed 0) during `blocked` steps.
+    Returns the measured joint speeds [T, n] and the setpoints [T, n]."""
+    position, speeds, targets = shield._output.clone(), [], []
+    for i in range(steps):
+        now = (i + 1) * DT
+        out = shield.filter(goal if i == 0 else None, position, now, now)
+        speed = torch.zeros(7, dtype=torch.float64) if i in blocked else gain * (out.target - position)
+        position = position + speed * DT
+        speeds.append(speed)
+        targets.append(out.target)
+    return torch.stack(speeds), torch.stack(targets)
+
+
+@pytest.mark.parametrize("tracking_error", [None, 0.15])
+def test_a_lagging_arm_is_reseeded_and_never_sprints(tracking_error):
+    """The arm is held back for 0.4 s while the setpoint runs on, then released. Without the check the
+    whole lag is caught up at gain * lag, far above the velocity limit; with it the setpoint is re-seeded at
+    the measured position whenever the lag passes the bound, so the catch-up stays below the limit."""
+    shield = make_shield(command_timeout=10.0, tracking_error=tracking_error, workspace_min=None, workspace_max=None)
+    goal = HOME.clone()
+    goal[4] = HOME[4] + 2.5  # joint5 (a wrist joint) moves 2.5 rad
+    speeds, targets = lagging_arm(shield, 6000, goal, blocked=range(100, 500))
+    limit = SPEC.velocity_limit.double()
+    if tracking_error is None:
+        setpoint_speed = targets.diff(dim=0).abs() / DT
+        assert (setpoint_speed <= shield.limits.velocity * (1 + 1e-6) + 1e-6).all()  # the setpoints kept it ...
+        assert speeds[:, 4].abs().max() > 2 * limit[4]  # ... and the arm still sprinted: what the check stops
+        assert shield.counts["tracking_error"] == 0
+    else:
+        assert (speeds.abs() <= limit).all(), speeds.abs().max(dim=0).values
+        assert shield.counts["tracking_error"] > 0
+        assert (targets[-1] - goal).abs().max() < 1e-6  # and it still arrives
+
+
+def test_reseed_starts_from_the_measured_state():
+    shield = make_shield(command_timeout=10.0)
+    drive(shield, [HOME + 0.4] + [None] * 100)  # moving
+    measured = shield._output.clone()
+    measured[2] -= 0.3  # joint3 is 0.3 rad behind
+    now = 0.102
+    out = shield.filter(None, measured, now, now, joint_velocity=torch.zeros(7, dtype=torch.float64))
+    assert out.info["safety/tracking_error"] == 1
+    # the setpoint continues from the measured joint at rest (the given velocity), not from the old setpoint
+    assert abs(out.target[2] - measured[2]) <= shield.limits.acceleration[2] * DT * DT
+    assert torch.allclose(
+        out.target[[0, 1, 3, 4, 5, 6]], measured[[0, 1, 3, 4, 5, 6]], atol=shield.limits.max_step.max()
+    )
+    within = shield.filter(None, out.target, now + DT, now + DT)  # tracking again: no correction
+    assert within.info["safety/tracking_error"] == 0
+
+
+def test_simulated_panda_wrist_does_not_outrun_its_limit_after_lagging():
+    """MuJoCo Panda (12 Nm wrist): the arm is sent to an extreme pose and back home. Joint5 lags its setpoint
+    by up to 0.4 rad against gravity and the upper arm's motion, then sprints back above its velocity limit
+    when the setpoints come home; with the tracking-error check it never does."""
+    model = mujoco.MjModel.from_xml_path(str(PANDA_XML))
+    extreme = torch.tensor([-3.4, -2.26, 3.4, -3.57, 3.4, -0.52, -3.4], dtype=torch.float64)
+    worst = {}
+    for tracking_error in (None, 0.15):
+        data = mujoco.MjData(model)
+        period = model.opt.timestep
+        data.qpos[:7] = HOME.numpy()
+        data.ctrl[:7] = HOME.numpy()
+        mujoco.mj_forward(model, data)
+        config = ShieldConfig(
+            control_period=period,
+            velocity_scale=0.8,
+            acceleration_scale=0.5,
+            tracking_error=tracking_error,
+            command_timeout=10.0,
+        )
+        shield = Shield.from_spec(SPEC, config)
+        shield.reset(HOME, 0.0, 0.0)
+        excess = -math.inf
+        for i in range(2000):
+            now = (i + 1) * period
+            command = extreme if i == 0 else HOME if i == 1000 else None
+            out = shield.filter(command, torch.from_numpy(data.qpos[:7].copy()), now, now)
+            data.ctrl[:7] = out.target.numpy()
+            mujoco.mj_step(model, data)
+            excess = max(excess, float(np.max(np.abs(data.qvel[:7]) - SPEC.velocity_limit.double().numpy())))
+        worst[tracking_error] = (excess, shield.counts["tracking_error"])
+    assert worst[None][0] > 0.5  # measured: 1.08 rad/s above the limit without the check
+    assert worst[0.15][0] < 0 and worst[0.15][1] > 0, worst
+
+
+def test_site_positions_match_the_torch_forward_kinematics(tmp_path):
+    path = tmp_path / "chain.xml"
+    path.write_text(SYNTHETIC)  # hinges and a slide
+    for chain, low, high in (
+        (KinematicChain.from_mjcf(PANDA_XML, SPEC.end_effector_site, SPEC.joints), LOWER, UPPER),
+        (KinematicChain.from_mjcf(path, "tip", ("j1", "j2", "j3", "j4")), -2 * torch.ones(4), 2 * torch.ones(4)),
+    ):
+        q = low + torch.rand(200, len(low), dtype=torch.float64) * (high - low)
+        np.testing.assert_allclose(chain.site_positions(q.numpy()), chain.position(q).numpy(), atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="joint positions"):
+        chain.site_positions(np.zeros(4))
