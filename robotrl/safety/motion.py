@@ -113,7 +113,7 @@ class JerkLimitedMotion:
         self.reset(self.position)
         return MotionStep(self.position.clone(), failed=True)
 
-    def path_to(self, target: torch.Tensor) -> np.ndarray | None:
+    def path_to(self, target: torch.Tensor | np.ndarray) -> np.ndarray | None:
         """Points [N, n] (numpy) along the move to `target` from the current state (None: no trajectory)."""
         self._input.control_interface = self._ruckig.ControlInterface.Position
         self._input.target_position = target.tolist()
@@ -186,9 +186,9 @@ class StepClippedMotion:
     def brake(self) -> MotionStep:
         return MotionStep(self.position.clone())
 
-    def path_to(self, target: torch.Tensor) -> np.ndarray:
+    def path_to(self, target: torch.Tensor | np.ndarray) -> np.ndarray:
         """Each joint moves `max_step` per period until it arrives (a bent line in joint space)."""
-        delta = target - self.position
+        delta = torch.as_tensor(target, dtype=torch.float64) - self.position
         steps = float((delta.abs() / self.limits.max_step).ceil().max())
         at = torch.linspace(0.0, steps, min(MAX_PATH_SAMPLES, int(steps) + 1), dtype=torch.float64)
         path = self.position + torch.minimum(at[:, None] * self.limits.max_step, delta.abs()) * delta.sign()

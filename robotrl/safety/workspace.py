@@ -45,7 +45,7 @@ def limit_target_to_workspace(
     current: torch.Tensor,
     base: torch.Tensor,
     candidate: torch.Tensor,
-    path_to: Callable[[torch.Tensor], np.ndarray | None],
+    path_to: Callable[[np.ndarray], np.ndarray | None],
 ) -> tuple[torch.Tensor | None, bool]:
     """The target nearest `candidate` on the joint-space segment base -> candidate whose whole predicted path
     (`path_to(target)`: joint positions along the move from the current state) keeps the tool point allowed.
@@ -55,21 +55,31 @@ def limit_target_to_workspace(
     being tracked. Returns (target, whether it was cut); target None: not even `base` is allowed (the
     caller brakes).
     """
-    limit = box.max_distance_outside(chain.site_positions(current.numpy()[None])) + 1e-12
+    limit = None  # how far outside the robot is now: needed only when a path leaves the box
 
-    def allowed(target: torch.Tensor) -> bool:
+    def allowed(target: np.ndarray) -> bool:
+        nonlocal limit
         path = path_to(target)
-        return path is not None and box.max_distance_outside(chain.site_positions(path)) <= limit
+        if path is None:
+            return False
+        outside = box.max_distance_outside(chain.site_positions(path))
+        if outside == 0.0:
+            return True
+        if limit is None:
+            limit = box.max_distance_outside(chain.site_positions(current.numpy()[None])) + 1e-12
+        return outside <= limit
 
-    if allowed(candidate):
+    base_np, candidate_np = base.numpy(), candidate.numpy()
+    if allowed(candidate_np):
         return candidate, False
-    if not allowed(base):
+    if not allowed(base_np):
         return None, True
     low, high = 0.0, 1.0
+    delta = candidate_np - base_np
     for _ in range(SEARCH_STEPS):
         middle = (low + high) / 2
-        if allowed(base + middle * (candidate - base)):
+        if allowed(base_np + middle * delta):
             low = middle
         else:
             high = middle
-    return base + low * (candidate - base), True
+    return torch.from_numpy(base_np + low * delta), True
