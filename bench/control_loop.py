@@ -40,6 +40,7 @@ RATES = (100, 500)
 def extra(parser) -> None:
     parser.add_argument("--seconds", type=float, default=None, help="measured seconds per phase (6 quick, 30 full)")
     parser.add_argument("--domain", type=int, default=120, help="first ROS 2 domain id (four are used)")
+    parser.add_argument("--note", default="", help="added to the JSON's note (what else ran on the machine)")
 
 
 # ---- the policy side (child process) -----------------------------------------------------------------------
@@ -334,11 +335,16 @@ def run(args) -> dict:
     load_after = _load()
     figures["load_avg_1m"] = [load_before, load_after]
     figures["cpus"] = os.cpu_count()
+    shared = max(load_before, load_after) > 0.5 * (os.cpu_count() or 1)
     figures["note"] = (
-        f"{os.cpu_count()} CPUs, 1-minute load average {load_before:.2f} before and {load_after:.2f} after: "
-        "another benchmark shared the machine, so the timings include its preemption; numbers not tuned"
-        if max(load_before, load_after) > 0.5 * (os.cpu_count() or 1)
-        else f"{os.cpu_count()} CPUs, load {load_before:.2f}/{load_after:.2f}"
+        f"{os.cpu_count()} CPUs, 1-minute load average {load_before:.2f} before and {load_after:.2f} after "
+        "(this bench's own processes included): "
+        + (
+            "other work shared the machine, so the timings include its preemption; numbers not tuned"
+            if shared
+            else "little other work ran (other sessions share this machine; their short jobs may have overlapped)"
+        )
+        + (f"; {args.note}" if args.note else "")
     )
     figures["quick"] = bool(args.quick)
     return figures
