@@ -22,7 +22,7 @@ class JointLimits:
     @classmethod
     def from_spec(cls, spec: RobotSpec, config: ShieldConfig) -> JointLimits:
         n = len(spec.joints)
-        margin = _per_joint(config.position_margin, n)
+        margin = per_joint(config.position_margin, n)
         lower = spec.position_lower.double() + margin
         upper = spec.position_upper.double() - margin
         narrow = (lower >= upper).nonzero().flatten().tolist()
@@ -34,7 +34,7 @@ class JointLimits:
             )
         period = config.control_period
         velocity = spec.velocity_limit.double() * config.velocity_scale
-        max_step = velocity * period if config.max_step is None else _per_joint(config.max_step, n)
+        max_step = velocity * period if config.max_step is None else per_joint(config.max_step, n)
         return cls(
             lower=lower,
             upper=upper,
@@ -49,6 +49,7 @@ class JointLimits:
         return clamped, bool((clamped != target).any())
 
 
-def _per_joint(value, n: int) -> torch.Tensor:
+def per_joint(value, n: int) -> torch.Tensor:
+    """A setting given once or per joint, as a float64 vector of length n."""
     values = torch.as_tensor(value, dtype=torch.float64).flatten()
     return values.expand(n).clone() if values.numel() == 1 else values

@@ -17,7 +17,7 @@ from robotrl.hardware.robot_spec import RobotSpec
 from robotrl.safety.config import ShieldConfig, ShieldConfigError
 from robotrl.safety.corrections import CorrectionCounter, logger
 from robotrl.safety.kinematics import KinematicChain
-from robotrl.safety.limits import JointLimits
+from robotrl.safety.limits import JointLimits, per_joint
 from robotrl.safety.motion import JerkLimitedMotion, MotionStep, StepClippedMotion
 from robotrl.safety.watchdog import StateAge, StateWatchdog
 from robotrl.safety.workspace import WorkspaceBox, limit_target_to_workspace
@@ -58,7 +58,7 @@ class Shield:
             else StepClippedMotion(self.limits)
         )
         self._tracking_bound = (
-            None if config.tracking_error is None else _per_joint(config.tracking_error, len(spec.joints))
+            None if config.tracking_error is None else per_joint(config.tracking_error, len(spec.joints))
         )
         self._measured: tuple[torch.Tensor, float] | None = None  # last fresh joint state and its stamp
         self._measured_velocity = torch.zeros(len(spec.joints), dtype=torch.float64)
@@ -233,7 +233,7 @@ class Shield:
         if previous is None or stamp > previous[1]:
             if previous is not None:
                 self._measured_velocity = (position - previous[0]) / (stamp - previous[1])
-            self._measured = (position, stamp)
+            self._measured = (position.clone(), stamp)  # the caller may reuse its buffer
         if joint_velocity is not None:
             velocity = self._joint_vector(joint_velocity, "joint_velocity")
             if bool(torch.isfinite(velocity).all()):
@@ -332,11 +332,6 @@ class Shield:
         if vector.shape != (len(self.spec.joints),):
             raise ValueError(f"{name} must have shape ({len(self.spec.joints)},), got {tuple(vector.shape)}")
         return vector
-
-
-def _per_joint(value, n: int) -> torch.Tensor:
-    values = torch.as_tensor(value, dtype=torch.float64).flatten()
-    return values.expand(n).clone() if values.numel() == 1 else values
 
 
 def _check_time(now: float) -> None:
