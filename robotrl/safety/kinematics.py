@@ -66,33 +66,31 @@ class KinematicChain:
         self._eye_minus_outer = torch.eye(3, dtype=torch.float64) - self._outer
         self._numpy_chain = self._point_chain()
         self._refs_numpy = self._refs.numpy()
+        self._slide_numpy = self._slide.numpy()
         self._site_origin = np.append(self._site[:3, 3].numpy(), 1.0)  # homogeneous
 
-    def _point_chain(self) -> list[tuple[bool, np.ndarray]]:
-        """Per joint (innermost first), one [4, 12] matrix that carries a homogeneous row point x through
-        `fixed[j] @ joint_j(angle)`: with m = x B, x' = m[:, :4] + cos(angle) m[:, 4:8] + sin(angle) m[:, 8:]
-        (a hinge: Rodrigues about the axis through the anchor, folded with the fixed placement), or with
-        B [4, 8], x' = m[:, :4] + angle m[:, 4:] (a slide). numpy float64."""
+    def _point_chain(self) -> list[np.ndarray]:
+        """Per joint (innermost first), one [4, 12] matrix B that carries a homogeneous row point x through
+        `fixed[j] @ joint_j(angle)`: with m = x B as three [4] blocks, x' = m0 + w1 m1 + w2 m2, where
+        (w1, w2) = (cos, sin) of the angle for a hinge (Rodrigues about the axis through the anchor, folded
+        with the fixed placement) and (angle, 0) for a slide. numpy float64."""
         steps = []
         for j in range(len(self.joint_names)):
             rotation_t = self._fixed[j, :3, :3].T.numpy()
             translation = self._fixed[j, :3, 3].numpy()
             anchor = self._anchors[j].numpy()
-            if bool(self._slide[j]):  # x' = (x + axis angle) F^T + t
-                matrix = np.zeros((4, 8))
-                matrix[:3, :3], matrix[3, :3], matrix[3, 3] = rotation_t, translation, 1.0
-                matrix[3, 4:7] = self._axes[j].numpy() @ rotation_t
-                steps.append((True, matrix))
-                continue
-            # x' = (x - a) R^T F^T + a F^T + t, R^T = outer^T + cos (I - outer)^T + sin [axis]x^T
             matrix = np.zeros((4, 12))
-            for block, part in enumerate((self._outer[j], self._eye_minus_outer[j], self._cross[j])):
-                rotated = part.T.numpy() @ rotation_t
-                matrix[:3, 4 * block : 4 * block + 3] = rotated
-                matrix[3, 4 * block : 4 * block + 3] = -anchor @ rotated
-            matrix[3, :3] += anchor @ rotation_t + translation
             matrix[3, 3] = 1.0
-            steps.append((False, matrix))
+            if bool(self._slide[j]):  # x' = (x + axis angle) F^T + t
+                matrix[:3, :3], matrix[3, :3] = rotation_t, translation
+                matrix[3, 4:7] = self._axes[j].numpy() @ rotation_t
+            else:  # x' = (x - a) R^T F^T + a F^T + t, R^T = outer^T + cos (I - outer)^T + sin [axis]x^T
+                for block, part in enumerate((self._outer[j], self._eye_minus_outer[j], self._cross[j])):
+                    rotated = part.T.numpy() @ rotation_t
+                    matrix[:3, 4 * block : 4 * block + 3] = rotated
+                    matrix[3, 4 * block : 4 * block + 3] = -anchor @ rotated
+                matrix[3, :3] += anchor @ rotation_t + translation
+            steps.append(matrix)
         return steps[::-1]
 
     @classmethod
@@ -121,16 +119,14 @@ class KinematicChain:
         if q.ndim != 2 or q.shape[1] != len(self.joint_names):
             raise ValueError(f"expected joint positions [N, {len(self.joint_names)}], got shape {q.shape}")
         angle = q - self._refs_numpy
-        cos, sin = np.cos(angle), np.sin(angle)
-        x = self._site_origin
+        slide = self._slide_numpy
+        weights = np.stack(  # [N, n, 1, 3]: the blocks' weights per joint
+            [np.ones_like(angle), np.where(slide, angle, np.cos(angle)), np.where(slide, 0.0, np.sin(angle))], axis=-1
+        )[:, :, None, :]
+        x = np.broadcast_to(self._site_origin, (len(q), 4))
         last = len(self.joint_names) - 1
-        for index, (slide, matrix) in enumerate(self._numpy_chain):
-            j = last - index
-            mapped = x @ matrix
-            if slide:
-                x = mapped[..., :4] + angle[:, j : j + 1] * mapped[..., 4:]
-            else:
-                x = mapped[..., :4] + cos[:, j : j + 1] * mapped[..., 4:8] + sin[:, j : j + 1] * mapped[..., 8:]
+        for index, matrix in enumerate(self._numpy_chain):
+            x = (weights[:, last - index] @ (x @ matrix).reshape(len(q), 3, 4))[:, 0]
         return x[:, :3]
 
     def _joint_transforms(self, angle: torch.Tensor) -> torch.Tensor:
