@@ -594,7 +594,8 @@ class _CameraThread(threading.Thread):
 # ---- Hydra entry point -----------------------------------------------------------------------------------
 
 
-def _register() -> None:
+def register_config() -> None:
+    """Registers `sim_twin_schema` with Hydra (done by main; tools that compose the config call it)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="sim_twin_schema", node=SimTwinConfig)
@@ -604,7 +605,7 @@ def main() -> None:
     import hydra
     from omegaconf import DictConfig, OmegaConf
 
-    _register()
+    register_config()
 
     @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="sim_twin")
     def _hydra_main(cfg: DictConfig) -> None:

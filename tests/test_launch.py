@@ -97,7 +97,7 @@ def _config_name(executable: str) -> str:
 
 def test_there_are_launch_files_for_deployment_the_twin_and_fine_tuning():
     names = {p.name for p in LAUNCH_FILES}
-    assert {"finetune.launch.py"} <= names, names
+    assert {"finetune.launch.py", "sim_twin.launch.py"} <= names, names
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
@@ -115,7 +115,9 @@ def test_every_robotrl_process_is_an_installed_program_and_its_parameters_compos
         executable, params = call.args[0].value, call.args[1].value
         assert executable in SCRIPTS, f"{path.name}: {executable!r} is not a console script that robotrl installs"
         overrides = hydra_overrides(params) + [launch.override(arg) for arg in call.args[2:]]
-        module = importlib.import_module(SCRIPTS[executable].split(":")[0])  # registers the config schema
+        module = importlib.import_module(SCRIPTS[executable].split(":")[0])  # registers the config schema ...
+        if hasattr(module, "register_config"):  # ... or has it registered by main, lazily
+            module.register_config()
         with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
             cfg = compose(config_name=_config_name(executable), overrides=overrides)
         config = OmegaConf.to_object(cfg)
