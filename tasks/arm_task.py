@@ -21,15 +21,20 @@ from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs, StepResult, check_action
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-BACKENDS = ("mujoco",)
+BACKENDS = ("mujoco", "genesis")
 OBS_MODES = ("state", "pixels", "state+pixels")
 
 
-def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1) -> SimBackend:
+def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: bool = False) -> SimBackend:
+    """`pixels`: the task renders observations, which a backend without a renderer refuses at start-up."""
     if kind == "mujoco":
         from robotrl.tasks.mujoco_backend import MujocoBackend
 
         return MujocoBackend(xml, num_envs, threads)
+    if kind == "genesis":
+        from robotrl.tasks.genesis_backend import GenesisBackend
+
+        return GenesisBackend(xml, num_envs, pixels=pixels)
     raise ValueError(f"task.backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
 
 
@@ -59,7 +64,7 @@ class ArmTask(ABC):
         self.episode_steps = cfg.episode_steps or self.default_episode_steps
         self.num_envs = num_envs
         self.robot = load_robot_spec(self.robot_name)
-        self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs, cfg.sim_threads)
+        self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs, cfg.sim_threads, cfg.obs != "state")
         self.controller = ArmController(
             cfg.control or self.default_control,
             self.robot,

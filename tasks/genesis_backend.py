@@ -1,0 +1,290 @@
+"""SimBackend on Genesis: one scene built with `n_envs` parallel copies, torch in and out.
+
+The task's MJCF is read with MuJoCo's own compiler (includes, defaults) and split into one Genesis
+entity per top-level body: Genesis applies gravity compensation per entity, not per body as MJCF's
+`gravcomp` does, so the arm (gravcomp 1) and a free cube (gravcomp 0) must be separate entities.
+Mocap bodies become fixed entities whose base pose is set per env. World geoms (the floor) go with the
+first articulated entity. Position actuators keep their MJCF gains (Genesis reads kp, kv and the force
+range of a `<position>` actuator) and take joint targets through Genesis's PD control.
+
+Genesis is imported lazily: `pip install -e ".[genesis]"` provides it. It runs on its CPU backend, or
+on CUDA when torch sees a GPU; results are returned on the CPU, where tasks keep their own tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import mujoco
+import torch
+from robotrl.tasks.backend import SimBackend
+from robotrl.tasks.rotations import quat_multiply, quat_to_matrix
+
+INSTALL_HINT = 'the genesis extra: pip install -e ".[genesis]"'
+
+
+def import_genesis():
+    try:
+        import genesis as gs
+    except ImportError as err:
+        raise ImportError(
+            f"task.backend=genesis needs genesis-world, which is not installed; install {INSTALL_HINT}"
+        ) from err
+    if not gs._initialized:
+        backend = gs.cuda if torch.cuda.is_available() else gs.cpu
+        gs.init(backend=backend, precision="32", logging_level="warning")
+    return gs
+
+
+def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple]]:
+    """The compiled whole scene, and (top-level body, kind, gravity compensation, MJCF text, pose) per entity.
+
+    A mocap body's part is authored at the origin and placed by the entity's pose, so that moving the entity's
+    base (Genesis's `set_pos`) moves the body itself."""
+    spec = mujoco.MjSpec.from_file(str(xml))
+    model = spec.compile()
+    tops = list(spec.worldbody.bodies)
+    holder = next((b.name for b in tops if not b.mocap and not b.joints), tops[0].name)  # keeps the floor
+    entities = []
+    for top in tops:
+        kind = (
+            "mocap"
+            if top.mocap
+            else ("free" if any(j.type == mujoco.mjtJoint.mjJNT_FREE for j in top.joints) else "tree")
+        )
+        part = spec.copy()
+        for other in list(part.worldbody.bodies):
+            if other.name != top.name:
+                part.delete(other)
+        pose = None
+        if kind == "mocap":
+            body = part.body(top.name)
+            pose = (tuple(float(v) for v in top.pos), tuple(float(v) for v in top.quat))
+            body.pos, body.quat = [0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]
+        if top.name != holder:
+            for geom in list(part.worldbody.geoms):
+                part.delete(geom)
+        root = model.body(top.name).id
+        subtree = [b for b in range(model.nbody) if model.body_rootid[b] == root]
+        movable = {float(model.body_gravcomp[b]) for b in subtree if model.body_dofnum[b] > 0}
+        if len(movable) > 1:
+            raise ValueError(
+                f"body tree {top.name!r} mixes gravcomp values {sorted(movable)}: the genesis backend applies gravity "
+                "compensation per top-level body (one Genesis entity), not per body"
+            )
+        entities.append((top.name, kind, movable.pop() if movable else 0.0, part.to_xml(), pose))
+    return model, entities
+
+
+class GenesisBackend(SimBackend):
+    def __init__(self, xml: str | Path, num_envs: int = 1, pixels: bool = False):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if pixels:
+            raise NotImplementedError(
+                "pixel observations (task.obs=pixels or state+pixels) are not available on the genesis backend: "
+                "Genesis has no headless renderer on this machine's CPU backend; use task.backend=mujoco"
+            )
+        gs = import_genesis()
+        self.gs = gs
+        self.model, parts = _split_scene(Path(xml))
+        self.num_envs = num_envs
+        self.physics_dt = float(self.model.opt.timestep)
+        integrator = {
+            int(mujoco.mjtIntegrator.mjINT_EULER): gs.integrator.Euler,
+            int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST): gs.integrator.implicitfast,
+        }.get(int(self.model.opt.integrator))
+        if integrator is None:
+            raise ValueError(f"{Path(xml).name}: the genesis backend supports the Euler and implicitfast integrators")
+        self.scene = gs.Scene(
+            sim_options=gs.options.SimOptions(dt=self.physics_dt, substeps=1),
+            rigid_options=gs.options.RigidOptions(
+                integrator=integrator,
+                enable_torsional_friction=bool((self.model.geom_condim >= 4).any()),
+                enable_self_collision=True,
+            ),
+            show_viewer=False,
+        )
+        self.entities, self._mocap = {}, {}
+        for name, kind, gravcomp, text, pose in parts:
+            material = gs.materials.Rigid(gravity_compensation=gravcomp)
+            placed = {} if pose is None else {"pos": pose[0], "quat": pose[1]}
+            entity = self.scene.add_entity(gs.morphs.MJCF(file=text, **placed), material=material)
+            self.entities[name] = entity
+            if kind == "mocap":
+                self._mocap[name] = entity
+        self.scene.build(n_envs=num_envs)
+        self._all = torch.arange(num_envs, device=gs.device)
+
+    # -- name lookups ----------------------------------------------------------------------------
+    @cache  # noqa: B019  (the backend lives as long as its env)
+    def _joints(self, joints: tuple[str, ...]) -> list[tuple[object, list[int], list[int]]]:
+        """Group `joints` by entity: (entity, local dof indices, positions in `joints`)."""
+        groups: dict[int, tuple[object, list[int], list[int]]] = {}
+        for k, name in enumerate(joints):
+            found = None
+            for entity in self.entities.values():
+                try:
+                    found = entity, entity.get_joint(name)
+                    break
+                except Exception:
+                    continue
+            if found is None:
+                raise KeyError(f"joint {name!r} is not in the scene")
+            entity, joint = found
+            if joint.n_dofs != 1:
+                raise ValueError(f"joint {name!r} is not a hinge or slide joint")
+            group = groups.setdefault(id(entity), (entity, [], []))
+            group[1].append(int(joint.dofs_idx_local[0]))
+            group[2].append(k)
+        return list(groups.values())
+
+    @cache  # noqa: B019
+    def _link(self, body: str):
+        for entity in self.entities.values():
+            try:
+                return entity, entity.get_link(body)
+            except Exception:
+                continue
+        raise KeyError(f"body {body!r} is not in the scene")
+
+    def _named(self, kind, name: str, what: str) -> int:
+        idx = mujoco.mj_name2id(self.model, kind, name)
+        if idx < 0:
+            raise KeyError(f"{what} {name!r} is not in model")
+        return idx
+
+    @cache  # noqa: B019
+    def _actuated(self, actuators: tuple[str, ...]) -> tuple[str, ...]:
+        names = []
+        for name in actuators:
+            act = self._named(mujoco.mjtObj.mjOBJ_ACTUATOR, name, "actuator")
+            if int(self.model.actuator_trntype[act]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+                raise ValueError(f"actuator {name!r}: the genesis backend drives joint actuators only")
+            names.append(self.model.joint(int(self.model.actuator_trnid[act, 0])).name)
+        return tuple(names)
+
+    @staticmethod
+    def _out(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to("cpu", torch.float32).clone()
+
+    def _ids(self, env_ids: torch.Tensor) -> torch.Tensor:
+        return env_ids.to(self.gs.device, torch.long)
+
+    def _in(self, t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(self.gs.device, self.gs.tc_float)
+
+    # -- state -----------------------------------------------------------------------------------
+    def _gather(self, joints, getter: str) -> torch.Tensor:
+        out = torch.empty(self.num_envs, len(joints))
+        for entity, dofs, cols in self._joints(tuple(joints)):
+            out[:, cols] = self._out(getattr(entity, getter)(dofs))
+        return out
+
+    def joint_pos(self, joints: Sequence[str]) -> torch.Tensor:
+        return self._gather(joints, "get_dofs_position")
+
+    def joint_vel(self, joints: Sequence[str]) -> torch.Tensor:
+        return self._gather(joints, "get_dofs_velocity")
+
+    def set_joint_state(self, env_ids, joints, pos, vel=None) -> None:
+        ids = self._ids(env_ids)
+        vel = torch.zeros_like(pos) if vel is None else vel
+        for entity, dofs, cols in self._joints(tuple(joints)):
+            entity.set_dofs_position(self._in(pos[:, cols]), dofs, ids, zero_velocity=False)
+            entity.set_dofs_velocity(self._in(vel[:, cols]), dofs, ids)
+
+    def set_free_body_pose(self, env_ids, body, pos, quat) -> None:
+        entity, link = self._link(body)
+        if not link.joints or link.joints[0].type != self.gs.JOINT_TYPE.FREE:
+            raise ValueError(f"body {body!r} has no free joint")
+        ids = self._ids(env_ids)
+        entity.set_pos(self._in(pos), ids, zero_velocity=True)
+        entity.set_quat(self._in(quat), ids, zero_velocity=True)
+
+    def set_mocap_pose(self, env_ids, body, pos, quat=None) -> None:
+        entity = self._mocap.get(body)
+        if entity is None:
+            raise ValueError(f"body {body!r} is not a mocap body")
+        ids = self._ids(env_ids)
+        entity.set_pos(self._in(pos), ids)
+        if quat is not None:
+            entity.set_quat(self._in(quat), ids)
+
+    def set_actuators(self, actuators, values) -> None:
+        joints = self._actuated(tuple(actuators))
+        for entity, dofs, cols in self._joints(joints):
+            entity.control_dofs_position(self._in(values[:, cols]), dofs)
+
+    def step(self, substeps: int) -> None:
+        for _ in range(substeps):
+            self.scene.step()
+
+    def forward(self, env_ids=None) -> None:
+        pass  # Genesis updates poses when a state is set
+
+    # -- kinematics ------------------------------------------------------------------------------
+    def body_pose(self, body):
+        _, link = self._link(body)
+        return self._out(link.get_pos()), self._out(link.get_quat())
+
+    @cache  # noqa: B019
+    def _site(self, site: str) -> tuple[str, torch.Tensor, torch.Tensor]:
+        sid = self._named(mujoco.mjtObj.mjOBJ_SITE, site, "site")
+        body = self.model.body(int(self.model.site_bodyid[sid])).name
+        pos = torch.tensor(self.model.site_pos[sid], dtype=torch.float32)
+        quat = torch.tensor(self.model.site_quat[sid], dtype=torch.float32)
+        return body, pos, quat
+
+    def site_pose(self, site):
+        body, offset, rot = self._site(site)
+        pos, quat = self.body_pose(body)
+        world = pos + (quat_to_matrix(quat) @ offset.unsqueeze(-1)).squeeze(-1)
+        return world, quat_multiply(quat, rot.expand_as(quat))
+
+    def site_jacobian(self, site, joints):
+        body, offset, _ = self._site(site)
+        entity, link = self._link(body)
+        groups = self._joints(tuple(joints))
+        out = torch.zeros(self.num_envs, 6, len(joints))
+        for group_entity, dofs, cols in groups:
+            if group_entity is entity:
+                jac = self._out(entity.get_jacobian(link, local_point=offset.to(self.gs.device)))
+                out[:, :, cols] = jac[:, :, dofs]
+        return out
+
+    @cache  # noqa: B019
+    def _geom_mask(self, geoms: tuple[str, ...]) -> torch.Tensor:
+        names = {g: self._named(mujoco.mjtObj.mjOBJ_GEOM, g, "geom") for g in geoms}  # checks each name
+        solver = self.scene.sim.rigid_solver
+        mask = torch.zeros(solver.n_geoms, dtype=torch.bool)
+        for i, geom in enumerate(solver.geoms):
+            if geom.metadata.get("name") in names:
+                mask[i] = True
+        missing = set(names) - {g.metadata.get("name") for g in solver.geoms}
+        if missing:
+            raise KeyError(f"geoms {sorted(missing)} have no collision geometry on the genesis backend")
+        return mask
+
+    def in_contact(self, geoms_a, geoms_b):
+        in_a, in_b = self._geom_mask(tuple(geoms_a)), self._geom_mask(tuple(geoms_b))
+        collider = self.scene.sim.rigid_solver.collider
+        contacts = collider.get_contacts(as_tensor=True, to_torch=True)
+        ga, gb = contacts["geom_a"].cpu().long(), contacts["geom_b"].cpu().long()
+        valid = (
+            contacts["valid_mask"].cpu().bool() if "valid_mask" in contacts else torch.ones_like(ga, dtype=torch.bool)
+        )
+        ga, gb = ga.clamp(min=0), gb.clamp(min=0)
+        touching = ((in_a[ga] & in_b[gb]) | (in_b[ga] & in_a[gb])) & valid
+        return touching.reshape(self.num_envs, -1).any(-1)
+
+    def render(self, camera, width, height):
+        raise NotImplementedError(
+            "rendering (videos, pixel observations) is not available on the genesis backend: Genesis has no "
+            "headless renderer on this machine's CPU backend; use task.backend=mujoco"
+        )
+
+    def close(self) -> None:
+        self.scene = None
