@@ -1,0 +1,107 @@
+"""The Genesis backend against the backend contract, the scripted expert, and the MuJoCo backend (parity).
+
+Skipped (with the reason) where genesis-world is not installed: `pip install -e ".[genesis]"`. The first
+scene build of a process compiles Genesis's kernels (about 45 s on 2 cores, then cached under
+~/.cache/genesis and ~/.cache/quadrants: about 10 s for the first scene of a later process, under 1 s for
+every further scene in the same one), so the scenes here are module-scoped.
+"""
+
+import sys
+
+import pytest
+import torch
+from robotrl.tasks import TASK_CONFIGS, make_task
+from robotrl.tasks.arm_task import TaskVecEnv
+
+# Measured: a 49-step open-loop joint_delta sequence (actions in [-0.5, 0.5], 25 Hz) from the same start keeps
+# every arm joint within 1.0e-3 rad of the MuJoCo backend's trajectory (Genesis 1.4.5 CPU, float32, against
+# MuJoCo 3.11.0, float64). The tolerance leaves 5x that for other seeds and platforms.
+PARITY_TOLERANCE_RAD = 5e-3
+
+
+def _env(backend, name="panda_reach", num_envs=1, **kw):
+    return TaskVecEnv(make_task(TASK_CONFIGS[name](name=name, backend=backend, **kw), num_envs))
+
+
+@pytest.fixture(scope="module")
+def genesis():
+    return pytest.importorskip("genesis", reason='genesis-world is not installed (pip install -e ".[genesis]")')
+
+
+@pytest.fixture(scope="module")
+def reach(genesis):
+    env = _env("genesis", num_envs=4)
+    yield env
+    env.close()
+
+
+def test_a_missing_install_names_the_extra(monkeypatch):
+    from robotrl.tasks.genesis_backend import import_genesis
+
+    monkeypatch.setitem(sys.modules, "genesis", None)  # as if not installed
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[genesis\]"'):
+        import_genesis()
+
+
+def test_reset_step_contract(reach):
+    obs = reach.reset(seed=0)
+    assert set(obs) == set(reach.obs_spec)
+    for key, spec in reach.obs_spec.items():
+        assert obs[key].shape == (4, *spec.shape) and obs[key].dtype == spec.dtype and obs[key].device.type == "cpu"
+    home = reach.task.robot.home
+    assert (obs["arm_qpos"] - home).abs().max() <= 0.05 + 1e-5  # the reset's noise around home
+    assert torch.allclose(reach.task.backend.body_pose("target")[0], obs["target"])  # the marker follows the goal
+    result = reach.step(torch.full((4, reach.action_dim), 0.2))
+    assert result.reward.shape == (4,) and torch.isfinite(result.reward).all()
+    assert result.success.dtype == torch.bool and not result.truncated.any()
+    assert not torch.equal(result.next_obs["arm_qpos"], obs["arm_qpos"])
+    again = reach.reset(seed=0)  # the same seed, the same start
+    for key in obs:
+        assert torch.equal(obs[key], again[key])
+
+
+def test_subset_reset_touches_only_the_chosen_envs(reach):
+    reach.reset(seed=0)
+    for _ in range(3):
+        reach.step(torch.full((4, reach.action_dim), 0.5))
+    backend, joints = reach.task.backend, reach.task.robot.joints
+    before_q, before_target = backend.joint_pos(joints), reach.task.target.clone()
+    ids = torch.tensor([1, 3])
+    reach.task.reset(ids)
+    after_q = backend.joint_pos(joints)
+    kept = torch.tensor([0, 2])
+    assert torch.equal(after_q[kept], before_q[kept]) and torch.equal(reach.task.target[kept], before_target[kept])
+    assert (after_q[ids] - reach.task.robot.home).abs().max() <= 0.05 + 1e-5
+    assert not torch.equal(reach.task.target[ids], before_target[ids])
+    assert torch.allclose(backend.body_pose("target")[0], reach.task.target)
+    assert torch.equal(backend.joint_vel(joints)[ids], torch.zeros(2, len(joints)))
+
+
+def test_scripted_expert_succeeds(reach):
+    """At least 90% of 8 episodes (two batches of 4), as the issue asks of every task on Genesis."""
+    wins = 0
+    for seed in (0, 1):
+        reach.reset(seed=seed)
+        won = torch.zeros(4, dtype=torch.bool)
+        for _ in range(reach.task.episode_steps):
+            won |= reach.step(reach.task.expert_action()).success
+        wins += int(won.sum())
+    assert wins >= 0.9 * 8
+
+
+def test_open_loop_joint_trajectories_agree_with_mujoco(genesis):
+    actions = (torch.rand(49, 1, 7, generator=torch.Generator().manual_seed(0)) * 2 - 1) * 0.5
+    trajectories = []
+    for backend in ("genesis", "mujoco"):
+        env = _env(backend, control="joint_delta")
+        env.reset(seed=3)
+        trajectories.append(torch.stack([env.step(a).next_obs["arm_qpos"][0] for a in actions]))
+        env.close()
+    genesis_q, mujoco_q = trajectories
+    assert (mujoco_q[-1] - mujoco_q[0]).abs().max() > 0.2  # the sequence moves the arm
+    assert (genesis_q - mujoco_q).abs().max() < PARITY_TOLERANCE_RAD
+
+
+def test_pixel_observations_fail_at_start_up_naming_the_backend(genesis):
+    with pytest.raises(NotImplementedError, match=r"pixel observations .* genesis backend"):
+        _env("genesis", obs="pixels")
