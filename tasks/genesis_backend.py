@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import mujoco
+import numpy as np
 import torch
 from robotrl.tasks.backend import SimBackend
 from robotrl.tasks.rotations import quat_multiply, quat_to_matrix
@@ -38,22 +39,70 @@ def import_genesis():
     return gs
 
 
-def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple]]:
-    """The compiled whole scene, and (top-level body, kind, gravity compensation, MJCF text, pose) per entity.
+def _cross_exclusions(spec: mujoco.MjSpec, model: mujoco.MjModel) -> None:
+    """Carry `<contact><exclude>` pairs between bodies of different top-level trees (so, once split, different
+    entities, where Genesis has no exclusion list) over into contype/conaffinity bits, which Genesis honours
+    between entities: the body on the smaller side of each pair gets a private bit that the other side lacks."""
+    root = model.body_rootid
+    size = np.bincount(root, minlength=model.nbody)
+    excluded: dict[int, set[int]] = {}  # body with a private bit -> bodies it must not touch
+    for signature in model.exclude_signature:
+        a, b = int(signature) >> 16, int(signature) & 0xFFFF
+        if root[a] == root[b]:
+            continue  # within one entity: the MJCF exclude stays in that entity's part
+        own, other = (a, b) if size[root[a]] <= size[root[b]] else (b, a)
+        excluded.setdefault(own, set()).add(other)
+    if not excluded:
+        return
+    if len(excluded) > 30:
+        raise ValueError("the genesis backend carries at most 30 bodies' cross-tree contact excludes")
+    bit = {body: 2 << k for k, body in enumerate(excluded)}
+    for body in spec.bodies:
+        i = model.body(body.name).id
+        if i in bit:
+            ctype = bit[i]
+            caff = bit[i] | sum(bit[j] for j in bit if j != i and i not in excluded[j] and j not in excluded[i])
+        else:
+            ctype = caff = 1 | sum(bit[j] for j in bit if i not in excluded[j])
+        for geom in body.geoms:
+            if geom.contype == 0 and geom.conaffinity == 0:
+                continue  # visual only
+            if (geom.contype, geom.conaffinity) != (1, 1):
+                raise ValueError(
+                    f"body {body.name!r}: the genesis backend turns cross-tree contact excludes into contype/"
+                    "conaffinity bits and needs the default contype=conaffinity=1 on colliding geoms"
+                )
+            geom.contype, geom.conaffinity = ctype, caff
+
+
+def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple], list[tuple[str, str, np.ndarray]]]:
+    """The compiled whole scene; (top-level body, kind, gravity compensation, MJCF text, pose) per entity; and the
+    welds between bodies of different entities as (body1, body2, pose of body2 in body1's frame [7]).
 
     A mocap body's part is authored at the origin and placed by the entity's pose, so that moving the entity's
     base (Genesis's `set_pos`) moves the body itself."""
     spec = mujoco.MjSpec.from_file(str(xml))
     model = spec.compile()
+    welds = []
+    for e in range(model.neq):
+        if int(model.eq_objtype[e]) != int(mujoco.mjtObj.mjOBJ_BODY):
+            continue  # joint couplings live inside one tree
+        a, b = int(model.eq_obj1id[e]), int(model.eq_obj2id[e])
+        if model.body_rootid[a] == model.body_rootid[b]:
+            continue
+        if int(model.eq_type[e]) != int(mujoco.mjtEq.mjEQ_WELD) or a == 0 or b == 0:
+            raise ValueError(
+                f"{xml.name}: equality {e} couples two top-level bodies (or the world) with a constraint the "
+                "genesis backend cannot carry between entities (it carries welds between two bodies)"
+            )
+        welds.append((model.body(a).name, model.body(b).name, np.array(model.eq_data[e][3:10])))
+    _cross_exclusions(spec, model)
     tops = list(spec.worldbody.bodies)
     holder = next((b.name for b in tops if not b.mocap and not b.joints), tops[0].name)  # keeps the floor
     entities = []
     for top in tops:
-        kind = (
-            "mocap"
-            if top.mocap
-            else ("free" if any(j.type == mujoco.mjtJoint.mjJNT_FREE for j in top.joints) else "tree")
-        )
+        free = any(j.type == mujoco.mjtJoint.mjJNT_FREE for j in top.joints)
+        kind = "mocap" if top.mocap else ("free" if free else "tree")
         part = spec.copy()
         for other in list(part.worldbody.bodies):
             if other.name != top.name:
@@ -75,7 +124,7 @@ def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple]]:
                 "compensation per top-level body (one Genesis entity), not per body"
             )
         entities.append((top.name, kind, movable.pop() if movable else 0.0, part.to_xml(), pose))
-    return model, entities
+    return model, entities, welds
 
 
 class GenesisBackend(SimBackend):
@@ -89,7 +138,7 @@ class GenesisBackend(SimBackend):
             )
         gs = import_genesis()
         self.gs = gs
-        self.model, parts = _split_scene(Path(xml))
+        self.model, parts, welds = _split_scene(Path(xml))
         self.num_envs = num_envs
         self.physics_dt = float(self.model.opt.timestep)
         integrator = {
@@ -110,13 +159,36 @@ class GenesisBackend(SimBackend):
         self.entities, self._mocap = {}, {}
         for name, kind, gravcomp, text, pose in parts:
             material = gs.materials.Rigid(gravity_compensation=gravcomp)
-            placed = {} if pose is None else {"pos": pose[0], "quat": pose[1]}
+            # a mocap body is placed per env; with collision geometry (a fixture) its vertices must be per env too
+            placed = {} if pose is None else {"pos": pose[0], "quat": pose[1], "batch_fixed_verts": True}
             entity = self.scene.add_entity(gs.morphs.MJCF(file=text, **placed), material=material)
             self.entities[name] = entity
             if kind == "mocap":
                 self._mocap[name] = entity
         self.scene.build(n_envs=num_envs)
-        self._all = torch.arange(num_envs, device=gs.device)
+        # MuJoCo starts every actuator at ctrl = 0 (a position actuator holds its joint at 0: the gripper closed);
+        # Genesis starts with no control at all, so give the position actuators MuJoCo's initial targets.
+        names = [self.model.actuator(i).name for i in range(self.model.nu)]
+        if names:
+            self.set_actuators(names, torch.zeros(num_envs, len(names)))
+        # A weld between entities: put body2 where the weld holds it (MJCF relpose), then weld the current pose.
+        self.forward()
+        everyone = torch.arange(num_envs)
+        for body1, body2, relpose in welds:
+            pos, quat = self.body_pose(body1)
+            offset, turn = (
+                torch.tensor(relpose[:3], dtype=torch.float32),
+                torch.tensor(relpose[3:], dtype=torch.float32),
+            )
+            self.set_free_body_pose(
+                everyone,
+                body2,
+                pos + (quat_to_matrix(quat) @ offset.unsqueeze(-1)).squeeze(-1),
+                quat_multiply(quat, turn.expand_as(quat)),
+            )
+            self.scene.sim.rigid_solver.add_weld_constraint(
+                self._link(body1)[1].idx, self._link(body2)[1].idx, envs_idx=self._ids(everyone)
+            )
 
     # -- name lookups ----------------------------------------------------------------------------
     @cache  # noqa: B019  (the backend lives as long as its env)
@@ -161,8 +233,9 @@ class GenesisBackend(SimBackend):
         names = []
         for name in actuators:
             act = self._named(mujoco.mjtObj.mjOBJ_ACTUATOR, name, "actuator")
-            if int(self.model.actuator_trntype[act]) != int(mujoco.mjtTrn.mjTRN_JOINT):
-                raise ValueError(f"actuator {name!r}: the genesis backend drives joint actuators only")
+            position = self.model.actuator_biasprm[act, 1] == -self.model.actuator_gainprm[act, 0] != 0
+            if int(self.model.actuator_trntype[act]) != int(mujoco.mjtTrn.mjTRN_JOINT) or not position:
+                raise ValueError(f"actuator {name!r}: the genesis backend drives joint position actuators only")
             names.append(self.model.joint(int(self.model.actuator_trnid[act, 0])).name)
         return tuple(names)
 
