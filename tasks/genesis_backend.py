@@ -9,6 +9,9 @@ range of a `<position>` actuator) and take joint targets through Genesis's PD co
 
 Genesis is imported lazily: `pip install -e ".[genesis]"` provides it. It runs on its CPU backend, or
 on CUDA when torch sees a GPU; results are returned on the CPU, where tasks keep their own tensors.
+Not carried over (yet): rendering (pixel observations, videos), MuJoCo's contacts after a state set without a
+step (`in_contact` reports the last step's contacts), per-body gravcomp within one tree, equality constraints
+other than welds between top-level bodies.
 """
 
 from __future__ import annotations
@@ -134,7 +137,9 @@ class GenesisBackend(SimBackend):
         if pixels:
             raise NotImplementedError(
                 "pixel observations (task.obs=pixels or state+pixels) are not available on the genesis backend: "
-                "Genesis has no headless renderer on this machine's CPU backend; use task.backend=mujoco"
+                "Genesis's rasterizer (headless here, about 0.4 s a frame on the CPU) draws one view of the whole "
+                "batch, per-env camera images need its CUDA batch renderer (gs-madrona), which this backend does not "
+                "drive yet; use task.backend=mujoco"
             )
         gs = import_genesis()
         self.gs = gs
@@ -355,8 +360,9 @@ class GenesisBackend(SimBackend):
 
     def render(self, camera, width, height):
         raise NotImplementedError(
-            "rendering (videos, pixel observations) is not available on the genesis backend: Genesis has no "
-            "headless renderer on this machine's CPU backend; use task.backend=mujoco"
+            "rendering (videos, pixel observations) is not available on the genesis backend yet: its cameras must be "
+            "added before the scene is built and per-env images need Genesis's CUDA batch renderer; use "
+            "task.backend=mujoco for videos"
         )
 
     def close(self) -> None:
