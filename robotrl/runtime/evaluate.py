@@ -88,7 +88,7 @@ def _grab(env: VecEnv, frames: list[np.ndarray]) -> bool:
         frames.append(env.render())
         return True
     except Exception as err:  # a missing GL backend must not cost the user their evaluation
-        log.warning("video skipped: rendering failed (%s). Headless machines need MUJOCO_GL=egl or osmesa.", err)
+        log.warning("video skipped: rendering failed (%s)", err)
         frames.clear()
         return False
 
