@@ -1,0 +1,581 @@
+"""A gymnasium env over the ROS 2 bridge: a real robot (or `robotrl-sim-twin`) as a policy sees it.
+
+    env = RobotEnv(RobotEnvConfig(domain_id=42), control="ee_delta", goal={"target": [0.5, 0.0, 0.3]},
+                   relative_goal={"to_target": "target"})
+    obs, info = env.reset()                      # moves to the spec's home pose through the shield
+    obs, reward, terminated, truncated, info = env.step(action)
+    env.close()                                  # no new commands; the arm finishes its move and rests
+
+Observations are built from topics: `/joint_states` gives the state entries every simulated arm task
+shares (`arm_qpos`, `arm_qvel`, `ee_pos` by forward kinematics of the robot's MJCF, `gripper` when a task
+uses it), `goal` gives the task entries a robot cannot measure (a target, a hole) as fixed values and
+`relative_goal` those that are `goal - ee_pos`; cameras give `pixels_<name>` ([3, S, S] uint8). Every
+observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
+step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
+`StaleObservationError` (`on_stale=raise`).
+
+Commands: a control thread runs at `control_rate_hz` (the shield's control period) and, every period,
+passes the newest policy command (or None) through `robotrl.safety.Shield.filter` with the newest joint
+state, then publishes the shield's setpoint on `/<controller>/commands` (std_msgs/Float64MultiArray, the
+forward_position_controller of ros2_control) and the gripper on `/<gripper_controller>/commands`. The
+policy runs at `policy_rate_hz`: `step()` converts the action to joint targets as the simulated task's
+controller does (ee_delta: damped least-squares IK holding the start orientation; joint_delta;
+joint_position), hands it to the control thread and returns the observation at the next policy tick.
+The shield's corrections in that policy period are reported in `info` (`safety/<kind>`: control periods
+in which it fired). An e-stop topic (std_msgs/Bool) latches the shield's e-stop; a new `reset()` is the
+explicit release.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gymnasium as gym
+import mujoco
+from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
+
+from robotrl.safety import Shield, ShieldConfig, ShieldResetError
+
+log = logging.getLogger(__name__)
+
+ASSETS = Path(__file__).resolve().parent.parent / "tasks" / "assets"
+CONTROLS = ("ee_delta", "joint_delta", "joint_position")
+ON_STALE = ("hold", "raise")
+
+
+class StaleObservationError(RuntimeError):
+    """An observation was older than its age limit (on_stale=raise)."""
+
+
+class ResetTimeoutError(TimeoutError):
+    """reset() did not reach the home pose within reset_timeout."""
+
+
+@dataclass
+class RobotEnvConfig:
+    """One robot's connection, rates and limits. `configs/hardware/<name>.yaml` gives one per robot; the
+    same keys drive the simulated twin (`hardware=sim_twin`) and a real arm (`hardware=panda`)."""
+
+    robot: str = "panda"  # hardware/robots/<robot>.yaml: joints, limits, home pose
+    model: str | None = None  # MJCF for forward kinematics; None: tasks/assets/<robot>.xml
+    backend: str = "dds"  # dds | rclpy | auto (hardware/ros2/bridge.py:make_bridge)
+    domain_id: int = 0
+    loopback: bool = True  # stay on this machine; false for a robot on the lab network
+    joint_states_topic: str = "/joint_states"
+    controller: str = "forward_position_controller"  # commands go to /<controller>/commands
+    gripper_controller: str = "gripper_controller"  # /<...>/commands; "": none
+    estop_topic: str = "/estop"  # std_msgs/Bool, latched; "": none
+    state_qos: str = "default"
+    command_qos: str = "default"
+    control_rate_hz: float = 500.0  # command thread and shield period
+    policy_rate_hz: float = 25.0  # step() rate; the simulated tasks run at 25 Hz (20 x 2 ms)
+    max_state_age: float = 0.05  # s: a joint state older than this is stale
+    max_image_age: float = 0.2  # s: a camera frame older than this is stale
+    on_stale: str = "hold"  # hold (send nothing, report in info) | raise
+    cameras: list[str] = field(default_factory=list)  # observation cameras -> pixels_<name>
+    camera_topic: str = "/camera/{name}/image_raw"
+    image_size: int = 84
+    connect_timeout: float = 10.0  # s to wait for the first joint state
+    reset_tolerance: float = 0.02  # rad: home reached when every joint is this close...
+    reset_velocity: float = 0.05  # rad/s: ...and this slow
+    reset_timeout: float = 20.0  # s
+    close_timeout: float = 2.0  # s close() waits for the arm to come to rest
+    shield: dict[str, Any] = field(default_factory=dict)  # robotrl.safety.ShieldConfig fields (not control_period)
+
+    def validate(self) -> None:
+        for name in ("control_rate_hz", "policy_rate_hz", "max_state_age", "max_image_age", "connect_timeout"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"hardware.{name} must be a finite number > 0, got {value!r}")
+        if self.policy_rate_hz > self.control_rate_hz:
+            raise ValueError(
+                f"hardware.policy_rate_hz ({self.policy_rate_hz}) must not exceed control_rate_hz "
+                f"({self.control_rate_hz})"
+            )
+        if self.on_stale not in ON_STALE:
+            raise ValueError(f"hardware.on_stale must be one of {', '.join(ON_STALE)}, got {self.on_stale!r}")
+        if not self.controller:
+            raise ValueError("hardware.controller must name the joint position controller")
+        if "control_period" in self.shield:
+            raise ValueError("hardware.shield.control_period is set from hardware.control_rate_hz; remove it")
+        for name in ("reset_tolerance", "reset_velocity", "reset_timeout", "close_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"hardware.{name} must be > 0, got {getattr(self, name)!r}")
+
+    def shield_config(self) -> ShieldConfig:
+        known = set(ShieldConfig.__dataclass_fields__)
+        unknown = sorted(set(self.shield) - known)
+        if unknown:
+            raise ValueError(f"hardware.shield has unknown keys {unknown}; ShieldConfig has {sorted(known)}")
+        values = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in dict(self.shield).items()}
+        return ShieldConfig(control_period=1.0 / self.control_rate_hz, **values)
+
+
+class _Kinematics:
+    """The robot's MJCF in MuJoCo, for the tool point's pose and Jacobian at a measured joint position."""
+
+    def __init__(self, model_file: Path, spec: RobotSpec):
+        self.model = mujoco.MjModel.from_xml_path(str(model_file))
+        self.data = mujoco.MjData(self.model)
+        ids = [mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in spec.joints]
+        if min(ids) < 0:
+            raise KeyError(f"{model_file} lacks joints of robot {spec.name!r}: {spec.joints}")
+        self.qpos = self.model.jnt_qposadr[ids]
+        self.dofs = self.model.jnt_dofadr[ids]
+        self.site = -1
+        if spec.end_effector_site is not None:
+            self.site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, spec.end_effector_site)
+            if self.site < 0:
+                raise KeyError(f"{model_file} has no site {spec.end_effector_site!r}")
+
+    def pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(position [3], quaternion wxyz [4], Jacobian [6, n]) of the tool point at joint position q."""
+        self.data.qpos[self.qpos] = q
+        mujoco.mj_kinematics(self.model, self.data)
+        mujoco.mj_comPos(self.model, self.data)
+        jacp = np.zeros((3, self.model.nv))
+        jacr = np.zeros((3, self.model.nv))
+        mujoco.mj_jacSite(self.model, self.data, jacp, jacr, self.site)
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, self.data.site_xmat[self.site])
+        jac = np.concatenate([jacp[:, self.dofs], jacr[:, self.dofs]])
+        return self.data.site_xpos[self.site].copy(), quat, jac
+
+
+@dataclass
+class _State:
+    position: torch.Tensor  # float64 [n] arm joints, spec order
+    velocity: torch.Tensor | None
+    gripper: float | None  # first gripper joint (metres per finger)
+    received_at: float  # time.monotonic()
+
+
+class RobotEnv(gym.Env):
+    """See the module docstring. `control`, `max_ee_step`, `max_joint_step`, `gripper_action`, `goal`,
+    `relative_goal` and `episode_steps` come from the simulated task a policy was trained on."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        cfg: RobotEnvConfig,
+        control: str = "joint_delta",
+        max_ee_step: float = 0.05,
+        max_joint_step: float = 0.1,
+        gripper_action: bool = False,
+        gripper_obs: bool = False,
+        goal: dict[str, list[float]] | None = None,
+        relative_goal: dict[str, str] | None = None,
+        episode_steps: int | None = None,
+        bridge: Any | None = None,
+    ):
+        cfg.validate()
+        if control not in CONTROLS:
+            raise ValueError(f"control must be one of {', '.join(CONTROLS)}, got {control!r}")
+        self.cfg = cfg
+        self.spec = load_robot_spec(cfg.robot)
+        if control == "ee_delta" and self.spec.end_effector_site is None:
+            raise ValueError(f"control=ee_delta needs a tool point; robot {cfg.robot!r} has none")
+        if (gripper_action or gripper_obs) and (self.spec.gripper is None or not cfg.gripper_controller):
+            raise ValueError(f"the policy uses a gripper; robot {cfg.robot!r} has none (or no gripper_controller)")
+        self.control, self.max_ee_step, self.max_joint_step = control, max_ee_step, max_joint_step
+        self.gripper_action, self.gripper_obs = gripper_action, gripper_obs
+        self.goal = {k: np.asarray(v, dtype=np.float32) for k, v in (goal or {}).items()}
+        for key, value in self.goal.items():
+            if value.shape != (3,) and key in (relative_goal or {}).values():
+                raise ValueError(f"goal {key!r} must have 3 values to be relative to ee_pos, got {value.tolist()}")
+        self.relative_goal = dict(relative_goal or {})
+        missing = sorted(set(self.relative_goal.values()) - set(self.goal))
+        if missing:
+            raise ValueError(f"relative_goal refers to goals {missing} that goal does not give")
+        self.episode_steps = episode_steps
+        self.n = len(self.spec.joints)
+        self.joint_names = list(self.spec.joints)
+        model_file = Path(cfg.model) if cfg.model else ASSETS / f"{cfg.robot}.xml"
+        self.kinematics = _Kinematics(model_file, self.spec)
+        self.shield = Shield.from_spec(self.spec, cfg.shield_config(), model_file)
+        self.lower = self.spec.position_lower.double().numpy()
+        self.upper = self.spec.position_upper.double().numpy()
+
+        self.action_dim = (3 if control == "ee_delta" else self.n) + int(gripper_action)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
+        spaces = {
+            "arm_qpos": gym.spaces.Box(-np.inf, np.inf, (self.n,), np.float32),
+            "arm_qvel": gym.spaces.Box(-np.inf, np.inf, (self.n,), np.float32),
+            "ee_pos": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+        }
+        if gripper_obs:
+            spaces["gripper"] = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        for key, value in self.goal.items():
+            spaces[key] = gym.spaces.Box(-np.inf, np.inf, value.shape, np.float32)
+        for key in self.relative_goal:
+            spaces[key] = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        for name in cfg.cameras:
+            spaces[f"pixels_{name}"] = gym.spaces.Box(0, 255, (3, cfg.image_size, cfg.image_size), np.uint8)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+        from robotrl.hardware.ros2 import make_bridge
+        from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, Image, JointState
+
+        self._owns_bridge = bridge is None
+        self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
+        self._Float64MultiArray = Float64MultiArray
+        self.topics = {"joint_states": cfg.joint_states_topic, "commands": f"/{cfg.controller}/commands"}
+        self._joint_states = self.bridge.subscription(cfg.joint_states_topic, JointState, cfg.state_qos)
+        self._command_pub = self.bridge.publisher(self.topics["commands"], Float64MultiArray, cfg.command_qos)
+        self._gripper_pub = None
+        if cfg.gripper_controller and self.spec.gripper is not None:
+            self.topics["gripper"] = f"/{cfg.gripper_controller}/commands"
+            self._gripper_pub = self.bridge.publisher(self.topics["gripper"], Float64MultiArray, cfg.command_qos)
+        if cfg.estop_topic:
+            self.topics["estop"] = cfg.estop_topic
+            self._estop_sub = self.bridge.subscription(cfg.estop_topic, Bool, "latched", self._on_estop)
+        self._images = {
+            name: self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
+            for name in cfg.cameras
+        }
+
+        # state shared with the control thread, under _lock
+        self._lock = threading.Lock()
+        self._parsed: tuple[int, _State | None] = (0, None)  # (id of the message, its parse)
+        self._started = False
+        self._pending: torch.Tensor | None = None
+        self._pending_gripper: float | None = None
+        self._period_info: Counter[str] = Counter()
+        self.totals: Counter[str] = Counter()  # shield corrections (control periods) over the env's life
+        self.stats: Counter[str] = Counter()  # commands, missed periods, stale observations, bad states
+        self.ages: list[float] = []  # joint-state age at each observation (s)
+        self._last_setpoint: np.ndarray | None = None
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._control_loop, name="robotrl-robot-env-control", daemon=True)
+        self._thread.start()
+
+        self._last_obs: dict[str, np.ndarray] | None = None
+        self._obs_state: _State | None = None  # the state the last observation was built from
+        self._obs_fresh = False
+        self._last_target = np.zeros(self.n)
+        self._target_quat = np.array([1.0, 0.0, 0.0, 0.0])
+        self._t = 0
+        self._next_tick = time.monotonic()
+
+    # -- topics -------------------------------------------------------------------------------------
+    def _on_estop(self, msg) -> None:
+        with self._lock:
+            self.shield.estop(bool(msg.data))
+
+    def _state(self) -> _State | None:
+        """The newest joint state, parsed once per message (joint names matched to the spec's)."""
+        from robotrl.hardware.ros2.tensors import joint_state_tensor
+
+        received = self._joint_states.latest()
+        if received is None:
+            return None
+        key, parsed = self._parsed
+        if key == id(received):
+            return parsed
+        msg = received.msg
+        try:
+            position = joint_state_tensor(msg, self.joint_names, "position", torch.float64)
+            velocity = (
+                joint_state_tensor(msg, self.joint_names, "velocity", torch.float64) if len(msg.velocity) else None
+            )
+            gripper = None
+            if self.spec.gripper is not None and self.spec.gripper.joints[0] in msg.name:
+                gripper = float(msg.position[list(msg.name).index(self.spec.gripper.joints[0])])
+            parsed = _State(position, velocity, gripper, received.received_at)
+        except (KeyError, ValueError) as error:
+            self.stats["bad_joint_state"] += 1
+            log.warning("robot env: ignoring a joint state: %s", error)
+            parsed = self._parsed[1]  # keep the last good one (it ages, so the shield holds)
+        self._parsed = (id(received), parsed)
+        return parsed
+
+    # -- the control thread --------------------------------------------------------------------------
+    def _control_loop(self) -> None:
+        period = 1.0 / self.cfg.control_rate_hz
+        start = time.monotonic()
+        tick = 0
+        while not self._closing.is_set():
+            deadline = start + tick * period
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                self._control_step(time.monotonic())
+            except Exception:  # a bug here must not leave the robot without a shield: stop commanding
+                log.exception("robot env: control step failed; no more commands are sent")
+                self.stats["control_error"] += 1
+                return
+            tick += 1
+            due = int((time.monotonic() - start) / period)
+            if due > tick:
+                self.stats["missed_periods"] += due - tick
+                tick = due
+
+    def _control_step(self, now: float) -> None:
+        with self._lock:
+            state = self._state()
+            if not self._started or state is None:
+                return
+            command, self._pending = self._pending, None
+            gripper, self._pending_gripper = self._pending_gripper, None
+            safe = self.shield.filter(
+                command, state.position, state.received_at, now, gripper=gripper, joint_velocity=state.velocity
+            )
+            for key, value in safe.info.items():
+                if value:
+                    self._period_info[key] += 1
+                    self.totals[key] += 1
+            setpoint = safe.target.numpy()
+            if not np.isfinite(setpoint).all():  # the shield guarantees this; never publish otherwise
+                self.stats["non_finite_setpoint"] += 1
+                return
+            self._last_setpoint = setpoint
+        from robotrl.hardware.ros2.tensors import float64_multi_array
+
+        self._command_pub.publish(float64_multi_array(setpoint, self.n))
+        self.stats["commands"] += 1
+        if self._gripper_pub is not None and safe.gripper is not None:
+            self._gripper_pub.publish(float64_multi_array([float(safe.gripper)], 1))
+
+    def _post(self, target: np.ndarray | torch.Tensor, gripper: float | None = None) -> None:
+        with self._lock:
+            self._pending = torch.as_tensor(target, dtype=torch.float64)
+            if gripper is not None:
+                self._pending_gripper = gripper
+
+    def _take_info(self) -> dict[str, int]:
+        with self._lock:
+            info, self._period_info = dict(self._period_info), Counter()
+        return info
+
+    # -- observations ---------------------------------------------------------------------------------
+    def _observe(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The observation from the newest messages, and whether it is fresh enough to act on."""
+        now = time.monotonic()
+        with self._lock:
+            state = self._state()
+        info: dict[str, Any] = {}
+        if state is None:
+            raise StaleObservationError(f"no joint state has arrived on {self.cfg.joint_states_topic}")
+        age = now - state.received_at
+        info["observation_age"] = age
+        self.ages.append(age)
+        stale = [f"joint_states {age * 1e3:.1f} ms old"] if age > self.cfg.max_state_age else []
+        q = state.position.numpy()
+        ee, _, _ = self.kinematics.pose(q)
+        obs: dict[str, np.ndarray] = {
+            "arm_qpos": q.astype(np.float32),
+            "arm_qvel": (state.velocity.numpy() if state.velocity is not None else np.zeros(self.n)).astype(np.float32),
+            "ee_pos": ee.astype(np.float32),
+        }
+        if self.gripper_obs:
+            opening = state.gripper if state.gripper is not None else math.nan
+            obs["gripper"] = np.array([opening / self.spec.gripper.open], np.float32)
+        for key, value in self.goal.items():
+            obs[key] = value.copy()
+        for key, goal in self.relative_goal.items():
+            obs[key] = (self.goal[goal] - ee).astype(np.float32)
+        for name, sub in self._images.items():
+            received = sub.latest()
+            if received is None or received.age() > self.cfg.max_image_age:
+                stale.append(f"camera {name} " + ("has sent nothing" if received is None else "frame too old"))
+                obs[f"pixels_{name}"] = np.zeros((3, self.cfg.image_size, self.cfg.image_size), np.uint8)
+                continue
+            obs[f"pixels_{name}"] = self._image(received.msg)
+        finite = all(np.isfinite(v).all() for k, v in obs.items() if not k.startswith("pixels_"))
+        if not finite:
+            stale.append("non-finite state")
+        info["stale_observation"] = int(bool(stale))
+        if stale:
+            self.stats["stale_observations"] += 1
+            info["stale_reason"] = "; ".join(stale)
+            if self.cfg.on_stale == "raise":
+                raise StaleObservationError(f"observation not fresh: {info['stale_reason']}")
+        self._obs_state = state
+        self._obs_fresh = not stale
+        return obs, info
+
+    def _image(self, msg) -> np.ndarray:
+        from robotrl.hardware.ros2.tensors import image_tensor
+
+        pixels = image_tensor(msg)[:3].float().unsqueeze(0)
+        if msg.encoding.startswith("bgr"):
+            pixels = pixels.flip(1)
+        size = self.cfg.image_size
+        pixels = torch.nn.functional.interpolate(pixels, size=(size, size), mode="area")
+        return pixels[0].round().clamp(0, 255).to(torch.uint8).numpy()
+
+    # -- actions -----------------------------------------------------------------------------------
+    def _joint_targets(self, action: np.ndarray, q: np.ndarray) -> np.ndarray:
+        arm = action[: self.action_dim - int(self.gripper_action)].astype(np.float64)
+        if self.control == "joint_position":
+            target = self.lower + (arm + 1.0) * 0.5 * (self.upper - self.lower)
+        elif self.control == "joint_delta":
+            target = self._last_target + arm * self.max_joint_step
+        else:
+            from robotrl.tasks.rotations import rotation_error
+
+            _, quat, jac = self.kinematics.pose(q)
+            error = np.concatenate(
+                [
+                    arm * self.max_ee_step,
+                    rotation_error(
+                        torch.tensor(self._target_quat, dtype=torch.float32)[None],
+                        torch.tensor(quat, dtype=torch.float32)[None],
+                    )[0]
+                    .double()
+                    .numpy(),
+                ]
+            )
+            jjt = jac @ jac.T + 0.05**2 * np.eye(6)
+            target = q + jac.T @ np.linalg.solve(jjt, error)
+        target = np.clip(target, self.lower, self.upper)  # NaN stays NaN: the shield drops it
+        if np.isfinite(target).all():
+            self._last_target = target
+        return target
+
+    # -- gymnasium API ---------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        cfg = self.cfg
+        deadline = time.monotonic() + cfg.connect_timeout
+        while self._state() is None or self._state().received_at < time.monotonic() - cfg.max_state_age:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no fresh joint state on {cfg.joint_states_topic} within {cfg.connect_timeout} s (domain "
+                    f"{cfg.domain_id}, loopback={cfg.loopback}): is the robot driver or robotrl-sim-twin running?"
+                )
+            time.sleep(0.01)
+        self._restart_shield(deadline + cfg.reset_timeout)
+        home = self.spec.home.double().numpy()
+        period = 1.0 / cfg.policy_rate_hz
+        deadline = time.monotonic() + cfg.reset_timeout
+        while True:
+            self._post(home, self.spec.gripper.open if self._gripper_pub is not None else None)
+            time.sleep(period)
+            state = self._state()
+            error = np.abs(state.position.numpy() - home)
+            speed = np.abs(state.velocity.numpy()) if state.velocity is not None else np.zeros(self.n)
+            fresh = time.monotonic() - state.received_at <= cfg.max_state_age
+            if fresh and error.max() <= cfg.reset_tolerance and speed.max() <= cfg.reset_velocity:
+                break
+            if time.monotonic() > deadline:
+                with self._lock:
+                    latched = self.shield.latched
+                raise ResetTimeoutError(
+                    f"home pose not reached within {cfg.reset_timeout} s: joint errors {np.round(error, 4).tolist()} "
+                    f"rad (tolerance {cfg.reset_tolerance}), speeds {np.round(speed, 4).tolist()} rad/s"
+                    + (f", shield latched: {latched}" if latched else "")
+                    + (", joint state stale" if not fresh else "")
+                )
+        self._take_info()
+        obs, info = self._observe()
+        q = self._obs_state.position.numpy()
+        self._last_target = q.copy()
+        if self.control == "ee_delta":
+            _, self._target_quat, _ = self.kinematics.pose(q)
+        self._t = 0
+        self._last_obs = obs
+        self._next_tick = time.monotonic() + period
+        return obs, info
+
+    def _restart_shield(self, deadline: float) -> None:
+        """Start the shield from the measured state; after a latch, let its brake finish and restart it."""
+        while True:
+            with self._lock:
+                state = self._state()
+                now = time.monotonic()
+                if not self._started or self.shield.latched or self.shield.at_rest:
+                    try:
+                        self.shield.reset(state.position, state.received_at, now)
+                        self._started = True
+                        return
+                    except ShieldResetError as error:
+                        if "e-stop" in str(error) or time.monotonic() > deadline:
+                            raise ShieldResetError(f"robot env reset: {error}") from error
+            if time.monotonic() > deadline:
+                raise ResetTimeoutError("the shield did not come to rest for reset()")
+            time.sleep(0.01)
+
+    def step(self, action):
+        if self._last_obs is None:
+            raise RuntimeError("call reset() before step()")
+        action = np.asarray(action, dtype=np.float64).reshape(-1)
+        if action.shape != (self.action_dim,):
+            raise ValueError(f"action must have {self.action_dim} values, got shape {action.shape}")
+        info: dict[str, Any] = {}
+        if not np.isfinite(action).all():
+            info["non_finite_action"] = 1
+            self.stats["non_finite_actions"] += 1
+        if np.abs(action[np.isfinite(action)]).max(initial=0.0) > 1.0:
+            info["action_clipped"] = 1
+        action = np.clip(action, -1.0, 1.0)  # NaN stays NaN (the shield drops it)
+        if self._obs_fresh:
+            target = self._joint_targets(action, self._obs_state.position.numpy())
+            gripper = None
+            if self.gripper_action:
+                g = self.spec.gripper
+                gripper = g.open + (action[-1] + 1.0) * 0.5 * (g.closed - g.open)
+            self._post(target, gripper)
+        else:
+            info["skipped_stale"] = 1  # an action computed from a stale observation is not sent
+        delay = self._next_tick - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            self.stats["late_policy_steps"] += 1
+        # late (a slow policy or a stall): the next tick is a whole period from now, never a burst of steps
+        self._next_tick = max(self._next_tick, time.monotonic()) + 1.0 / self.cfg.policy_rate_hz
+        obs, obs_info = self._observe()
+        info.update(obs_info)
+        info.update(self._take_info())
+        with self._lock:
+            info["shield_latched"] = int(self.shield.latched is not None)
+        self._t += 1
+        self._last_obs = obs
+        truncated = self.episode_steps is not None and self._t >= self.episode_steps
+        return obs, 0.0, False, truncated, info
+
+    def estop(self, active: bool = True) -> None:
+        """The same as a message on the e-stop topic."""
+        with self._lock:
+            self.shield.estop(active)
+
+    @property
+    def setpoint(self) -> np.ndarray | None:
+        """The last setpoint published."""
+        return None if self._last_setpoint is None else self._last_setpoint.copy()
+
+    def close(self) -> None:
+        """Send no new targets; the arm finishes its last safe move (or the command timeout holds it), and
+        once the setpoint rests the control thread stops and the bridge is left."""
+        if self._closing.is_set():
+            return
+        deadline = time.monotonic() + self.cfg.close_timeout
+        with self._lock:
+            self._pending = None
+        while self._started and self._thread.is_alive() and time.monotonic() < deadline:
+            with self._lock:
+                if self.shield.at_rest:
+                    break
+            time.sleep(0.01)
+        self._closing.set()
+        self._thread.join(timeout=2.0)
+        if self._owns_bridge and self.bridge is not None:
+            self.bridge.close()
+        self.bridge = None
+        super().close()

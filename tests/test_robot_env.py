@@ -1,0 +1,194 @@
+"""The robot env over real DDS on loopback against the simulated twin (real MuJoCo) running on a thread:
+reset reaches home through the shield, a stale joint-state topic makes the env hold and report, NaN and
+out-of-range actions never reach the command topic. Each test has its own ROS 2 domain id (181-189)."""
+
+import math
+import threading
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
+
+from robotrl.hardware.robot_env import (
+    ResetTimeoutError,
+    RobotEnv,
+    RobotEnvConfig,
+    StaleObservationError,
+)
+from robotrl.hardware.robot_spec import load_robot_spec
+from robotrl.hardware.ros2 import make_bridge
+from robotrl.hardware.ros2.msgs import Float64MultiArray
+from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+
+RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
+SPEC = load_robot_spec("panda")
+
+
+@contextmanager
+def twin_running(domain_id: int):
+    twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0))
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    try:
+        yield twin, thread
+    finally:
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
+
+
+def _env(domain_id: int, **overrides) -> RobotEnv:
+    cfg = RobotEnvConfig(domain_id=domain_id, control_rate_hz=RATE, connect_timeout=5.0, reset_timeout=10.0)
+    cfg.shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
+    for key, value in overrides.pop("cfg", {}).items():
+        setattr(cfg, key, value)
+    return RobotEnv(cfg, **overrides)
+
+
+def _away_from_home(twin: SimTwin) -> None:
+    """Put the twin's arm (and its setpoint) 0.3 rad away from home on three joints."""
+    pose = SPEC.home.double().numpy() + np.array([0.3, 0.2, -0.3, 0.0, 0.0, 0.0, 0.0])
+    with twin._command_lock:
+        twin._target = pose
+    time.sleep(1.0)
+
+
+def test_reset_moves_to_home_through_the_shield_and_observes_the_task_layout():
+    with twin_running(181) as (twin, _):
+        _away_from_home(twin)
+        start = np.asarray(twin.data.qpos[:7]).copy()
+        assert np.abs(start - SPEC.home.numpy()).max() > 0.25
+        env = _env(181, control="ee_delta", goal={"target": [0.5, 0.0, 0.3]}, relative_goal={"to_target": "target"})
+        try:
+            obs, info = env.reset()
+            # reached home within tolerance, at rest
+            assert np.abs(obs["arm_qpos"] - SPEC.home.numpy()).max() <= env.cfg.reset_tolerance
+            assert info["stale_observation"] == 0 and info["observation_age"] < env.cfg.max_state_age
+            # panda_reach's keys and shapes
+            assert {k: v.shape for k, v in obs.items()} == {
+                "arm_qpos": (7,),
+                "arm_qvel": (7,),
+                "ee_pos": (3,),
+                "target": (3,),
+                "to_target": (3,),
+            }
+            assert obs in env.observation_space
+            np.testing.assert_allclose(obs["to_target"], obs["target"] - obs["ee_pos"], atol=1e-6)
+            # the move went through the shield: jerk-limited, every step within its velocity limit
+            assert env.stats["commands"] > 0
+            z0 = float(obs["ee_pos"][2])
+            for _ in range(8):  # ee_delta: +z moves the tool up
+                obs, _reward, terminated, _truncated, info = env.step(np.array([0.0, 0.0, 1.0], np.float32))
+            assert float(obs["ee_pos"][2]) > z0 + 0.05
+            assert info["stale_observation"] == 0 and not terminated
+        finally:
+            env.close()
+
+
+def test_reset_times_out_with_a_clear_error_when_home_is_unreachable():
+    with twin_running(182) as (_twin, _):
+        env = _env(182, cfg={"reset_timeout": 0.6})
+        try:
+            env.estop(True)  # the shield holds: home is never reached
+            with pytest.raises(Exception, match="e-stop"):
+                env.reset()
+        finally:
+            env.close()
+        env = _env(182, cfg={"reset_timeout": 0.3, "reset_tolerance": 1e-9})
+        try:
+            with pytest.raises(ResetTimeoutError, match=r"home pose not reached within 0.3 s: joint errors"):
+                env.reset()
+        finally:
+            env.close()
+
+
+def test_no_joint_states_is_a_clear_error():
+    env = _env(183, cfg={"connect_timeout": 0.3})
+    try:
+        with pytest.raises(TimeoutError, match=r"no fresh joint state on /joint_states within 0\.3 s"):
+            env.reset()
+    finally:
+        env.close()
+
+
+def test_stale_joint_states_hold_and_are_reported_never_acted_on():
+    with twin_running(184) as (twin, thread):
+        env = _env(184, control="joint_delta")
+        try:
+            env.reset()
+            env.step(np.zeros(7))
+            twin.stop()  # the robot's joint states stop arriving
+            thread.join(timeout=5)
+            time.sleep(0.6)  # older than the shield's stop_after (0.5 s)
+            sent_before = env.stats["commands"]
+            _, _, _, _, info = env.step(np.zeros(7))  # acts on the last fresh observation
+            assert info["stale_observation"] == 1 and "joint_states" in info["stale_reason"]
+            _, _, _, _, info = env.step(np.ones(7))  # would move every joint 0.1 rad
+            assert info["skipped_stale"] == 1  # the action from a stale observation was not sent
+            assert info["stale_observation"] == 1
+            assert info.get("safety/stale_hold", 0) + info.get("safety/stale_stop", 0) > 0
+            assert info["shield_latched"] == 1  # older than stop_after: the shield latched a stop
+            assert env.stats["commands"] >= sent_before  # it keeps publishing the held setpoint
+            held = env.setpoint
+            time.sleep(0.1)
+            np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
+        finally:
+            env.close()
+        env = _env(184, control="joint_delta", cfg={"on_stale": "raise"})
+        try:
+            with pytest.raises(TimeoutError):
+                env.reset()  # no fresh state at all
+            with pytest.raises(StaleObservationError):
+                env._observe()
+        finally:
+            env.close()
+
+
+def test_nan_and_out_of_range_actions_never_reach_the_command_topic():
+    with twin_running(185) as (twin, _):
+        listener = make_bridge("dds", domain_id=185)
+        received: list[list[float]] = []
+        listener.subscription(
+            "/forward_position_controller/commands", Float64MultiArray, callback=lambda m: received.append(list(m.data))
+        )
+        # tracking_error off: its re-seed may move the setpoint back to the measured arm in one step
+        shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "tracking_error": None}
+        env = _env(185, control="joint_position", cfg={"shield": shield})
+        try:
+            env.reset()
+            rng = np.random.default_rng(0)
+            for i in range(30):
+                action = rng.uniform(-3, 3, 7)
+                if i % 3 == 0:
+                    action[rng.integers(7)] = np.nan
+                if i % 5 == 0:
+                    action[:] = np.inf
+                _, _, _, _, _info = env.step(action)
+            totals = env.totals
+            assert totals["safety/nan"] > 0 and env.stats["non_finite_actions"] > 0
+            assert totals["safety/position_limit"] > 0  # joint_position at +-3 asks beyond the margins
+        finally:
+            env.close()
+            time.sleep(0.1)
+            listener.close()
+        assert len(received) > 100
+        commands = np.asarray(received)
+        assert np.isfinite(commands).all()
+        lower, upper = SPEC.position_lower.double().numpy(), SPEC.position_upper.double().numpy()
+        assert (commands >= lower - 1e-9).all() and (commands <= upper + 1e-9).all()
+        step = np.abs(np.diff(commands, axis=0)).max(0)
+        assert (step <= SPEC.velocity_limit.double().numpy() / RATE * (1 + 1e-6)).all()
+        assert twin.rejected == {} or sum(twin.rejected.values()) == 0
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ValueError, match=r"hardware\.on_stale"):
+        RobotEnvConfig(on_stale="ignore").validate()
+    with pytest.raises(ValueError, match="policy_rate_hz"):
+        RobotEnvConfig(policy_rate_hz=1000, control_rate_hz=500).validate()
+    with pytest.raises(ValueError, match=r"unknown keys \['max_speed'\]"):
+        RobotEnvConfig(shield={"max_speed": 1}).shield_config()
+    assert math.isclose(RobotEnvConfig(control_rate_hz=250).shield_config().control_period, 0.004)
