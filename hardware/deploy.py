@@ -1,0 +1,287 @@
+"""`robotrl-deploy run=<run dir> hardware=sim_twin`: a trained policy on a robot, through the bridge and shield.
+
+    robotrl-sim-twin robot=panda &                                     # or a real robot's driver
+    robotrl-deploy run=runs/reach hardware=sim_twin episodes=3 +goal.target=[0.5,0.1,0.3]
+    robotrl-deploy run=runs/reach hardware=panda duration=60 record=/data/session1
+
+The run's config names the simulated task the policy was trained on; its controller settings (control
+kind, step sizes, gripper, episode length) and observation layout are taken from it, and the robot env
+(hardware/robot_env.py) produces the same observation keys and shapes. Task entries a robot cannot
+measure come from `goal` (fixed values) and `relative_goal` (`goal - ee_pos`; `to_target` is inferred
+from `target`). The policy runs deterministically at the hardware config's policy rate; an exception in
+it, or a NaN action, sends nothing new (the shield holds). `record=<dir>` writes the session's joint
+states, commands and e-stop messages to a rosbag2 bag (MCAP storage, ROS 2 CDR) that `ros2 bag` reads.
+A JSON summary (steps, shield corrections by kind, observation ages) is printed last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig
+
+log = logging.getLogger(__name__)
+
+# Observation entries that are a goal minus the tool point, by the goal they are relative to.
+KNOWN_RELATIVE = {"to_target": "target", "tip_to_hole": "hole"}
+
+
+@dataclass
+class DeployConfig:
+    run: str = "???"  # a robotrl-train run directory (config.yaml and checkpoints/)
+    hardware: RobotEnvConfig = field(default_factory=RobotEnvConfig)
+    episodes: int = 1
+    duration: float | None = None  # seconds; stops the session (mid-episode) when it passes
+    episode_steps: int | None = None  # None: the trained task's
+    goal: dict[str, list[float]] = field(default_factory=dict)  # e.g. +goal.target=[0.5,0.0,0.3]
+    relative_goal: dict[str, str] = field(default_factory=dict)  # e.g. +relative_goal.to_target=target
+    device: str = "cpu"
+    record: str | None = None  # rosbag2 directory to create (MCAP)
+
+    def validate(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
+        if self.duration is not None and not self.duration > 0:
+            raise ValueError(f"duration must be > 0 seconds or null, got {self.duration}")
+        if self.episode_steps is not None and self.episode_steps < 1:
+            raise ValueError(f"episode_steps must be >= 1, got {self.episode_steps}")
+        if self.record is not None and Path(self.record).exists():
+            raise FileExistsError(f"record={self.record!r} exists already; give a new directory")
+
+
+class BagRecorder:
+    """Writes every message of some bridge topics to a rosbag2 bag with MCAP storage, as ROS 2 CDR (the bytes
+    our messages put on the wire). Messages are written from the bridge's receive thread, under a lock."""
+
+    def __init__(self, bridge, path: str | Path, topics: dict[str, tuple[type, str]]):
+        from robotrl.hardware.ros2.msgs import ros_type_name
+        from rosbags.rosbag2 import StoragePlugin, Writer
+        from rosbags.typesys import Stores, get_typestore
+
+        self.path = Path(path)
+        self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
+        self._writer.open()
+        typestore = get_typestore(Stores.ROS2_HUMBLE)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.counts: dict[str, int] = {}
+        self._subscriptions = []
+        for topic, (msg_type, qos) in topics.items():
+            connection = self._writer.add_connection(topic, ros_type_name(msg_type), typestore=typestore)
+            self.counts[topic] = 0
+            self._subscriptions.append(bridge.subscription(topic, msg_type, qos, self._writer_for(topic, connection)))
+
+    def _writer_for(self, topic: str, connection):
+        def write(msg) -> None:
+            data = msg.serialize()
+            with self._lock:
+                if self._closed:
+                    return
+                self._writer.write(connection, time.time_ns(), data)
+                self.counts[topic] += 1
+
+        return write
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._writer.close()
+
+
+def load_policy(run: str | Path, device: str = "cpu"):
+    """(agent, train config, the simulated env's observation spec and action dim, task facts) of a run."""
+    from omegaconf import OmegaConf
+
+    from robotrl.agents import make_agent
+    from robotrl.config import to_train_config
+    from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
+    from robotrl.runtime.loop import frame_stack_of, make_training_env, resolve_device
+
+    run_dir = Path(run)
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():
+        raise FileNotFoundError(f"run={str(run)!r}: {config_path} does not exist (not a robotrl run directory?)")
+    train_cfg = to_train_config(OmegaConf.load(config_path))
+    env = make_training_env(train_cfg, num_envs=1)
+    try:
+        task = getattr(env, "task", None)
+        if task is None or not hasattr(task, "controller"):
+            raise ValueError(f"task {train_cfg.task.name!r} is not a simulated arm task; deploy runs those")
+        if frame_stack_of(env) != 1:
+            raise ValueError("deploying a frame-stacked pixel policy is not supported yet")
+        facts = {
+            "control": task.controller.kind,
+            "max_ee_step": task.cfg.max_ee_step,
+            "max_joint_step": task.cfg.max_joint_step,
+            "gripper_action": bool(task.has_gripper),
+            "episode_steps": task.episode_steps,
+            "robot": task.robot.name,
+            "cameras": [k.removeprefix("pixels_") for k in env.obs_spec if k.startswith("pixels_")],
+            "image_size": train_cfg.task.image_size,
+        }
+        obs_spec, action_dim = dict(env.obs_spec), env.action_dim
+    finally:
+        env.close()
+    agent = make_agent(train_cfg.agent, obs_spec, action_dim, resolve_device(device))
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
+    agent.eval()
+    return agent, train_cfg, obs_spec, action_dim, {**facts, "checkpoint": ckpt.name}
+
+
+def make_robot_env(cfg: DeployConfig, obs_spec: dict, action_dim: int, facts: dict) -> RobotEnv:
+    """The robot env for a policy: the trained task's controller, and its observation keys and shapes
+    (those a robot measures, the goals given in the config); anything missing is an error naming it."""
+    hw = cfg.hardware
+    if hw.robot != facts["robot"]:
+        raise ValueError(f"the policy was trained for robot {facts['robot']!r}, hardware.robot is {hw.robot!r}")
+    if facts["cameras"]:
+        hw.cameras, hw.image_size = facts["cameras"], facts["image_size"]
+    goal = {k: list(v) for k, v in cfg.goal.items()}
+    relative = dict(cfg.relative_goal)
+    for key, base in KNOWN_RELATIVE.items():
+        if key in obs_spec and key not in relative and key not in goal and base in goal:
+            relative[key] = base
+    env = RobotEnv(
+        hw,
+        control=facts["control"],
+        max_ee_step=facts["max_ee_step"],
+        max_joint_step=facts["max_joint_step"],
+        gripper_action=facts["gripper_action"],
+        gripper_obs="gripper" in obs_spec,
+        goal=goal,
+        relative_goal=relative,
+        episode_steps=cfg.episode_steps or facts["episode_steps"],
+    )
+    try:
+        spaces = env.observation_space.spaces
+        missing = sorted(set(obs_spec) - set(spaces))
+        if missing:
+            raise ValueError(
+                f"the policy observes {missing}, which the robot does not measure: give them as "
+                + " ".join(f"+goal.{k}=[x,y,z]" for k in missing)
+            )
+        extra = sorted(set(spaces) - set(obs_spec))
+        if extra:
+            raise ValueError(f"the policy does not observe {extra}; remove them from goal/relative_goal")
+        wrong = {k: (tuple(spaces[k].shape), tuple(s.shape)) for k, s in obs_spec.items() if spaces[k].shape != s.shape}
+        if wrong:
+            raise ValueError(f"observation shapes (robot, policy) differ: {wrong}")
+        if env.action_dim != action_dim:
+            raise ValueError(f"the policy acts in {action_dim} dimensions, the robot env in {env.action_dim}")
+    except Exception:
+        env.close()
+        raise
+    return env
+
+
+def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Deploy `cfg.run`'s policy for `cfg.episodes` episodes (or until `cfg.duration` or `stop`); the summary."""
+    from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, JointState
+
+    cfg.validate()
+    stop = stop or threading.Event()
+    agent, _, obs_spec, action_dim, facts = load_policy(cfg.run, cfg.device)
+    env = make_robot_env(cfg, obs_spec, action_dim, facts)
+    recorder = None
+    summary: dict[str, Any] = {"checkpoint": facts["checkpoint"], "control": facts["control"]}
+    steps = episodes = policy_errors = 0
+    start = time.monotonic()
+    try:
+        if cfg.record is not None:
+            topics = {
+                env.topics["joint_states"]: (JointState, env.cfg.state_qos),
+                env.topics["commands"]: (Float64MultiArray, env.cfg.command_qos),
+            }
+            if "gripper" in env.topics:
+                topics[env.topics["gripper"]] = (Float64MultiArray, env.cfg.command_qos)
+            if "estop" in env.topics:
+                topics[env.topics["estop"]] = (Bool, "latched")
+            recorder = BagRecorder(env.bridge, cfg.record, topics)
+        device = agent.device
+        agent.reset_evaluation(1)
+        while episodes < cfg.episodes and not stop.is_set():
+            obs, _ = env.reset()
+            while True:
+                try:
+                    batch = {k: torch.as_tensor(v).unsqueeze(0).to(device) for k, v in obs.items()}
+                    with torch.no_grad():
+                        action = agent.act(batch, deterministic=True)[0].cpu().numpy()
+                except Exception:
+                    policy_errors += 1
+                    log.exception("deploy: the policy raised; the robot holds (no new command)")
+                    action = np.full(env.action_dim, np.nan)
+                obs, _, terminated, truncated, _info = env.step(action)
+                steps += 1
+                agent.advance_evaluation(torch.tensor([terminated or truncated]))
+                out_of_time = cfg.duration is not None and time.monotonic() - start >= cfg.duration
+                if terminated or truncated or out_of_time or stop.is_set():
+                    break
+            episodes += 1
+            if cfg.duration is not None and time.monotonic() - start >= cfg.duration:
+                break
+    finally:
+        env.close()
+        if recorder is not None:
+            recorder.close()
+    ages = np.asarray(env.ages) * 1e3
+    summary.update(
+        episodes=episodes,
+        steps=steps,
+        seconds=round(time.monotonic() - start, 3),
+        policy_errors=policy_errors,
+        shield_corrections={k.removeprefix("safety/"): v for k, v in sorted(env.totals.items())},
+        observation_age_ms={
+            "p50": _round(np.percentile(ages, 50)) if ages.size else None,
+            "p99": _round(np.percentile(ages, 99)) if ages.size else None,
+            "max": _round(ages.max()) if ages.size else None,
+        },
+        **{k: v for k, v in sorted(env.stats.items())},
+    )
+    if recorder is not None:
+        summary["record"] = {"path": str(recorder.path), "messages": recorder.counts}
+    return summary
+
+
+def _round(value: float) -> float:
+    return round(float(value), 3) if math.isfinite(value) else float(value)
+
+
+def register_config() -> None:
+    """Registers `deploy_schema` with Hydra (done by main; tools that compose the config call it)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="deploy_schema", node=DeployConfig)
+
+
+def main() -> None:
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    register_config()
+
+    @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="deploy")
+    def _hydra_main(cfg: DictConfig) -> None:
+        deploy_cfg: DeployConfig = OmegaConf.to_object(cfg)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        print(json.dumps({"deploy": run(deploy_cfg, stop)}), flush=True)
+
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

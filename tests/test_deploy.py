@@ -1,0 +1,151 @@
+"""robotrl-deploy end to end: a run directory (config + checkpoint of a panda_reach policy) deployed through
+the real entry point (Hydra, a process of its own) against the simulated twin over DDS on loopback, with the
+session recorded to a rosbag2 MCAP bag that rosbags reads back. Domain ids 186-189."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+from helpers import run_module
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
+pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl[ros]"')
+
+from robotrl.hardware.deploy import DeployConfig, make_robot_env
+from robotrl.hardware.robot_env import RobotEnvConfig
+from robotrl.hardware.robot_spec import load_robot_spec
+from robotrl.hardware.ros2 import make_bridge
+from robotrl.hardware.ros2.msgs import Bool
+from robotrl.hardware.ros2.qos import LATCHED
+from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+
+from robotrl.agents import make_agent
+from robotrl.config import register_configs, to_train_config
+from robotrl.runtime.checkpoint import save_checkpoint
+from robotrl.runtime.loop import make_training_env
+
+register_configs()
+RATE = 250.0
+SPEC = load_robot_spec("panda")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A robotrl-train run directory as train writes it: config.yaml and a checkpoint (an untrained SAC
+    policy for panda_reach: deployment must not care how good it is)."""
+    run = tmp_path_factory.mktemp("run")
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(
+            config_name="config",
+            overrides=["task=panda_reach", "agent.actor_hidden=[32,32]", "agent.critic_hidden=[32,32]"],
+        )
+    OmegaConf.save(cfg, run / "config.yaml", resolve=True)
+    train_cfg = to_train_config(cfg)
+    env = make_training_env(train_cfg, num_envs=1)
+    torch.manual_seed(0)
+    agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
+    env.close()
+    save_checkpoint(run / "checkpoints", 100, agent, None, {"env_step": 100})
+    return run
+
+
+@pytest.fixture
+def twin():
+    twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=186, report_interval=0))
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    yield twin
+    twin.stop()
+    thread.join(timeout=5)
+    twin.close()
+
+
+def test_deploy_runs_the_policy_through_the_shield_and_records_an_mcap_bag(run_dir, twin, tmp_path):
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import Stores, get_typestore
+
+    operator = make_bridge("dds", domain_id=186)
+    estop = operator.publisher("/estop", Bool, LATCHED)
+    done = threading.Event()
+
+    def released_estop():  # an operator's e-stop box, released, publishing its state every 0.2 s
+        while not done.wait(0.2):
+            estop.publish(Bool(data=False))
+
+    thread = threading.Thread(target=released_estop, daemon=True)
+    thread.start()
+    bag = tmp_path / "session"
+    try:
+        proc = run_module(
+            "robotrl.hardware.deploy",
+            f"run={run_dir}",
+            "hardware=sim_twin",
+            "hardware.domain_id=186",
+            f"hardware.control_rate_hz={RATE}",
+            "episodes=2",
+            "episode_steps=15",
+            "+goal.target=[0.5,0.1,0.3]",
+            f"record={bag}",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+            timeout=120,
+        )
+    finally:
+        done.set()
+        thread.join()
+        operator.close()
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])["deploy"]
+    assert summary["episodes"] == 2 and summary["steps"] == 30 and summary["control"] == "ee_delta"
+    assert summary["checkpoint"] == "step_000000100" and summary["policy_errors"] == 0
+    assert summary["commands"] > 100 and summary.get("stale_observations", 0) == 0
+    assert summary["observation_age_ms"]["p50"] < 50
+    assert isinstance(summary["shield_corrections"], dict)
+    assert twin.accepted["commands"] > 100 and sum(twin.rejected.values()) == 0
+
+    messages = summary["record"]["messages"]
+    mcap = list(bag.glob("*.mcap"))
+    assert len(mcap) == 1 and (bag / "metadata.yaml").exists()
+    counts: dict[str, int] = {}
+    commands, names = [], set()
+    with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as reader:
+        types = {c.topic: c.msgtype for c in reader.connections}
+        assert types == {
+            "/joint_states": "sensor_msgs/msg/JointState",
+            "/forward_position_controller/commands": "std_msgs/msg/Float64MultiArray",
+            "/gripper_controller/commands": "std_msgs/msg/Float64MultiArray",
+            "/estop": "std_msgs/msg/Bool",
+        }
+        for connection, _, raw in reader.messages():
+            counts[connection.topic] = counts.get(connection.topic, 0) + 1
+            msg = reader.deserialize(raw, connection.msgtype)
+            if connection.topic == "/joint_states":
+                names.add(tuple(msg.name))
+                assert len(msg.position) == 9 and np.isfinite(msg.position).all()
+            elif connection.topic == "/forward_position_controller/commands":
+                commands.append(np.asarray(msg.data))
+            elif connection.topic == "/estop":
+                assert msg.data is False
+    assert counts == {topic: n for topic, n in messages.items() if n}
+    assert counts["/joint_states"] > 200 and counts["/estop"] >= 1
+    assert names == {(*SPEC.joints, *SPEC.gripper.joints)}
+    commands = np.stack(commands)
+    assert len(commands) == summary["commands"] and commands.shape[1] == 7
+    lower, upper = SPEC.position_lower.double().numpy(), SPEC.position_upper.double().numpy()
+    assert np.isfinite(commands).all() and (commands >= lower).all() and (commands <= upper).all()
+
+
+def test_deploy_refuses_a_policy_whose_observations_the_robot_cannot_give(run_dir):
+    from robotrl.hardware.deploy import load_policy
+
+    _, _, obs_spec, action_dim, facts = load_policy(run_dir)
+    assert facts["control"] == "ee_delta" and set(obs_spec) >= {"arm_qpos", "target", "to_target"}
+    cfg = DeployConfig(run=str(run_dir), hardware=RobotEnvConfig(domain_id=187))
+    with pytest.raises(ValueError, match=r"observes \['target', 'to_target'\].*\+goal\.target=\[x,y,z\]"):
+        make_robot_env(cfg, obs_spec, action_dim, facts)
+    with pytest.raises(FileNotFoundError, match="not a robotrl run directory"):
+        load_policy(run_dir / "nope")
+    proc = run_module("robotrl.hardware.deploy", f"run={run_dir}", "hardware.on_stale=maybe", check=False, timeout=60)
+    assert proc.returncode != 0 and "hardware.on_stale must be one of hold, raise" in proc.stderr
