@@ -192,3 +192,54 @@ def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match=r"unknown keys \['max_speed'\]"):
         RobotEnvConfig(shield={"max_speed": 1}).shield_config()
     assert math.isclose(RobotEnvConfig(control_rate_hz=250).shield_config().control_period, 0.004)
+
+
+def test_estop_topic_latches_a_hold_until_an_explicit_reset():
+    from robotrl.hardware.ros2.msgs import Bool
+    from robotrl.hardware.ros2.qos import LATCHED
+
+    with twin_running(188):
+        operator = make_bridge("dds", domain_id=188)
+        estop = operator.publisher("/estop", Bool, LATCHED)
+        env = _env(188, control="joint_delta")
+        try:
+            env.reset()
+            estop.publish(Bool(data=True))
+            deadline = time.monotonic() + 3
+            info = {}
+            while not info.get("safety/estop") and time.monotonic() < deadline:
+                _, _, _, _, info = env.step(np.full(7, 0.5))
+            assert info.get("safety/estop", 0) > 0 and info["safety/hold"] > 0
+            time.sleep(0.3)  # the brake ends; the setpoint stays put whatever the policy asks
+            held = env.setpoint
+            env.step(np.full(7, 1.0))
+            np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
+            with pytest.raises(Exception, match="e-stop is still pressed"):
+                env.reset()
+            estop.publish(Bool(data=False))  # released: still latched until reset()
+            time.sleep(0.2)
+            env.step(np.full(7, 1.0))
+            np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
+            obs, _ = env.reset()  # the explicit release
+            assert np.abs(obs["arm_qpos"] - SPEC.home.numpy()).max() <= env.cfg.reset_tolerance
+        finally:
+            env.close()
+            operator.close()
+
+
+def test_the_twin_and_the_real_robot_configs_have_the_same_keys_and_validate():
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+    from robotrl.hardware.deploy import DeployConfig, register_config
+
+    register_config()
+    configs = {}
+    for hardware in ("sim_twin", "panda"):
+        with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+            cfg = compose(config_name="deploy", overrides=["run=/tmp/x", f"hardware={hardware}"])
+        deploy: DeployConfig = OmegaConf.to_object(cfg)
+        deploy.hardware.validate()
+        deploy.hardware.shield_config().validate(num_joints=7)
+        configs[hardware] = deploy.hardware
+    assert configs["sim_twin"].loopback and not configs["panda"].loopback
+    assert set(vars(configs["sim_twin"])) == set(vars(configs["panda"]))
