@@ -303,6 +303,10 @@ class RobotEnv(gym.Env):
         self._parsed = (id(received), parsed)
         return parsed
 
+    def _locked_state(self) -> _State | None:
+        with self._lock:
+            return self._state()
+
     # -- the control thread --------------------------------------------------------------------------
     def _control_loop(self) -> None:
         period = 1.0 / self.cfg.control_rate_hz
@@ -453,7 +457,7 @@ class RobotEnv(gym.Env):
         super().reset(seed=seed)
         cfg = self.cfg
         deadline = time.monotonic() + cfg.connect_timeout
-        while self._state() is None or self._state().received_at < time.monotonic() - cfg.max_state_age:
+        while (state := self._locked_state()) is None or state.received_at < time.monotonic() - cfg.max_state_age:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"no fresh joint state on {cfg.joint_states_topic} within {cfg.connect_timeout} s (domain "
@@ -467,7 +471,7 @@ class RobotEnv(gym.Env):
         while True:
             self._post(home, self.spec.gripper.open if self._gripper_pub is not None else None)
             time.sleep(period)
-            state = self._state()
+            state = self._locked_state()
             error = np.abs(state.position.numpy() - home)
             speed = np.abs(state.velocity.numpy()) if state.velocity is not None else np.zeros(self.n)
             fresh = time.monotonic() - state.received_at <= cfg.max_state_age
