@@ -259,6 +259,7 @@ class RobotEnv(gym.Env):
         self.stats: Counter[str] = Counter()  # commands, missed periods, stale observations, bad states
         self.ages: list[float] = []  # joint-state age at each observation (s)
         self._last_setpoint: np.ndarray | None = None
+        self._gripper_sent = (math.nan, -math.inf)  # (value, time) of the last gripper command published
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._control_loop, name="robotrl-robot-env-control", daemon=True)
         self._thread.start()
@@ -353,7 +354,11 @@ class RobotEnv(gym.Env):
         self._command_pub.publish(float64_multi_array(setpoint, self.n))
         self.stats["commands"] += 1
         if self._gripper_pub is not None and safe.gripper is not None:
-            self._gripper_pub.publish(float64_multi_array([float(safe.gripper)], 1))
+            # a new gripper setpoint at once, an unchanged one at 10 Hz (a forward controller holds it)
+            value = float(safe.gripper)
+            if value != self._gripper_sent[0] or now - self._gripper_sent[1] >= 0.1:
+                self._gripper_sent = (value, now)
+                self._gripper_pub.publish(float64_multi_array([value], 1))
 
     def _post(self, target: np.ndarray | torch.Tensor, gripper: float | None = None) -> None:
         with self._lock:
