@@ -15,6 +15,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from robotrl.agents import AGENT_CONFIGS
 from robotrl.hil.config import HILConfig
 from robotrl.tasks import TASK_CONFIGS
+from robotrl.tasks.configs import BACKENDS
 
 
 @dataclass
@@ -25,6 +26,9 @@ class TrainConfig:
     total_steps: int = 100_000
     learning_starts: int = 5_000  # uniform random actions before the first update
     num_envs: int = 1
+    # The simulator of a built-in task: mujoco | genesis. Given, it wins over `task.backend` (and sets it);
+    # null (the default) keeps `task.backend` (mujoco unless the task config says otherwise).
+    backend: str | None = None
     replay_capacity: int = 1_000_000
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
@@ -57,6 +61,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        _check_backend("backend", self.backend, self.task)
+        if self.backend is not None:
+            self.task.backend = self.backend  # the top-level key wins, as in apply_backend
+        if _has_backend(self.task):
+            _check_backend("task.backend", self.task.backend, self.task)
         self.hil.validate()
         if hasattr(self.agent, "validate"):
             self.agent.validate()  # agent.* settings fail here, before any env is built
@@ -70,6 +79,34 @@ class EvalConfig:
     video: bool = True
     deterministic: bool = True
     device: str = "auto"
+    backend: str | None = None  # mujoco | genesis: evaluate on this simulator; null: the run's own
+
+
+def _has_backend(task: Any) -> bool:
+    return "backend" in task if isinstance(task, DictConfig) else hasattr(task, "backend")
+
+
+def _check_backend(key: str, value: str | None, task: Any) -> None:
+    if value is None:
+        return
+    if value not in BACKENDS:
+        raise ValueError(f"{key} must be one of {', '.join(BACKENDS)}, got {value!r}")
+    if not _has_backend(task):
+        raise ValueError(
+            f"{key}={value}: task={task.name} has no simulator backend to choose (the built-in tasks have: "
+            f"{', '.join(BACKENDS)})"
+        )
+
+
+def apply_backend(cfg: DictConfig) -> DictConfig:
+    """Give the top-level `backend`, where set, to `task.backend` (the top-level key wins); checks both."""
+    backend = cfg.get("backend")
+    _check_backend("backend", backend, cfg.task)
+    if backend is not None:
+        cfg.task.backend = backend
+    if _has_backend(cfg.task):
+        _check_backend("task.backend", cfg.task.backend, cfg.task)
+    return cfg
 
 
 def register_configs() -> None:
@@ -94,7 +131,7 @@ def typed_train_config(cfg: DictConfig | dict) -> DictConfig:
     if task_name not in TASK_CONFIGS:
         raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
     schema = OmegaConf.structured(TrainConfig(agent=AGENT_CONFIGS[agent_name](), task=TASK_CONFIGS[task_name]()))
-    return OmegaConf.merge(schema, plain)
+    return apply_backend(OmegaConf.merge(schema, plain))
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:

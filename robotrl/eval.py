@@ -1,4 +1,7 @@
-"""`robotrl-eval run=<run dir> episodes=N`: evaluate a run's latest checkpoint.
+"""`robotrl-eval run=<run dir> episodes=N [backend=genesis]`: evaluate a run's latest checkpoint.
+
+`backend=` evaluates on another simulator than the run trained on (a policy trained on MuJoCo, evaluated
+on Genesis, or the reverse): the run's saved config still gives the task, only the backend changes.
 
 Prints mean return (and success rate where the task defines success) and writes a video of the first
 episode under <run dir>/eval/<time>/.
@@ -32,7 +35,10 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     config_path = run_dir / "config.yaml"
     if not config_path.exists():
         raise FileNotFoundError(f"run={cfg.run!r}: {config_path} does not exist (not a robotrl run directory?)")
-    train_cfg = to_train_config(OmegaConf.load(config_path))
+    saved = OmegaConf.load(config_path)
+    if cfg.backend is not None:  # the top-level key wins over the saved task.backend
+        saved.backend = cfg.backend
+    train_cfg = to_train_config(saved)
     env = make_training_env(train_cfg, num_envs=1, render=cfg.video)
     agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, resolve_device(cfg.device))
     ckpt = latest_checkpoint(run_dir / "checkpoints")
@@ -47,7 +53,8 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
         deterministic=cfg.deterministic,
     )
     env.close()
-    result = {"checkpoint": ckpt.name, "episodes": cfg.episodes, **result}
+    backend = getattr(train_cfg.task, "backend", None)
+    result = {"checkpoint": ckpt.name, "episodes": cfg.episodes, **({"backend": backend} if backend else {}), **result}
     (out_dir / "eval.json").write_text(json.dumps(result, indent=1))
     return result
 

@@ -3,6 +3,7 @@
 robotrl-train agent=sac task=gym task.env_id=HalfCheetah-v5 seed=1 total_steps=100000
 robotrl-train -m seed=1,2,3                       # a sweep, one run directory each
 robotrl-train resume=runs/.../<run> [total_steps=...]   # continue a run where it stopped
+robotrl-train backend=genesis num_envs=64 task=panda_reach   # a built-in task on Genesis, 64 envs batched
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.config import register_configs, to_train_config, typed_train_config
+from robotrl.config import apply_backend, register_configs, to_train_config, typed_train_config
 
 log = logging.getLogger(__name__)
 register_configs()
 
 # Keys whose change on resume would make the continued run a different experiment.
-_FIXED_ON_RESUME = ("agent", "task", "seed", "num_envs", "replay_capacity")
+_FIXED_ON_RESUME = ("agent", "task", "seed", "num_envs", "replay_capacity", "backend")
 
 
 def _resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
@@ -38,6 +39,8 @@ def _resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         if key.split(".")[0] in _FIXED_ON_RESUME:
             if key in ("agent", "task") and value == saved[key].name:
                 continue
+            if key == "backend" and value == saved.task.get("backend"):
+                continue
             raise ValueError(f"cannot change {key!r} when resuming {run_dir}; start a new run instead")
         saved.merge_with(OmegaConf.from_dotlist([f"{key}={value}"]))
     saved.resume = str(run_dir)
@@ -52,6 +55,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         run_dir = Path(cfg.resume)
     else:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
+        apply_backend(cfg)  # the saved config's task.backend is the simulator the run used
     train_cfg = to_train_config(cfg)
     if not cfg.resume:
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)

@@ -14,19 +14,24 @@ import numpy as np
 import torch
 from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.tasks.backend import SimBackend
-from robotrl.tasks.configs import ArmTaskConfig
+from robotrl.tasks.configs import BACKENDS, ArmTaskConfig
 from robotrl.tasks.controllers import ArmController
 
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs, StepResult, check_action
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-BACKENDS = ("mujoco", "genesis")
 OBS_MODES = ("state", "pixels", "state+pixels")
 
 
 def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: bool = False) -> SimBackend:
-    """`pixels`: the task renders observations, which a backend without a renderer refuses at start-up."""
+    """`pixels`: the task renders observations, which a backend without a renderer refuses at start-up. A
+    `num_envs` the machine cannot hold fails first, with the memory it would need (robotrl/tasks/memory.py)."""
+    if kind not in BACKENDS:
+        raise ValueError(f"task.backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
+    from robotrl.tasks.memory import check_num_envs_fits
+
+    check_num_envs_fits(kind, xml, num_envs)
     if kind == "mujoco":
         from robotrl.tasks.mujoco_backend import MujocoBackend
 
@@ -35,7 +40,7 @@ def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: 
         from robotrl.tasks.genesis_backend import GenesisBackend
 
         return GenesisBackend(xml, num_envs, pixels=pixels)
-    raise ValueError(f"task.backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
+    raise AssertionError(kind)
 
 
 class ArmTask(ABC):

@@ -121,3 +121,64 @@ def test_open_loop_joint_trajectories_agree_with_mujoco(genesis):
 def test_pixel_observations_fail_at_start_up_naming_the_backend(genesis):
     with pytest.raises(NotImplementedError, match=r"pixel observations .* genesis backend"):
         _env("genesis", obs="pixels")
+
+
+def _tiny_run(run_dir, *overrides):
+    """A few hundred steps of SAC on panda_reach (small nets): a run directory with a checkpoint, in seconds."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from robotrl.config import apply_backend, register_configs, to_train_config
+    from robotrl.runtime.loop import train
+
+    register_configs()
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                "total_steps=200",
+                "learning_starts=100",
+                "eval_interval=100000",
+                "eval_episodes=1",
+                "checkpoint_interval=100000",
+                "agent.batch_size=32",
+                "agent.actor_hidden=[32,32]",
+                "agent.critic_hidden=[32,32]",
+                "progress=false",
+                "video=false",
+                *overrides,
+            ],
+        )
+    run_dir.mkdir(parents=True)
+    OmegaConf.save(apply_backend(cfg), run_dir / "config.yaml", resolve=True)  # as robotrl-train saves it
+    return train(to_train_config(cfg), run_dir)
+
+
+def test_transfer_evaluation_mujoco_policy_on_genesis_and_back(genesis, tmp_path):
+    """`robotrl-eval run=<dir> backend=genesis` evaluates a MuJoCo-trained policy on Genesis (the saved config gives
+    the task, the override only the backend), and a run trained batched on Genesis evaluates on MuJoCo."""
+    import json
+
+    from helpers import run_module
+    from omegaconf import OmegaConf
+
+    from robotrl.config import EvalConfig
+    from robotrl.eval import run as run_eval
+
+    mujoco_run = tmp_path / "mujoco_run"
+    _tiny_run(mujoco_run)
+    proc = run_module("robotrl.eval", f"run={mujoco_run}", "backend=genesis", "episodes=2", "video=false")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["backend"] == "genesis" and result["episodes"] == 2 and 0.0 <= result["success"] <= 1.0
+    assert OmegaConf.load(mujoco_run / "config.yaml").task.backend == "mujoco"  # the run itself is unchanged
+
+    genesis_run = tmp_path / "genesis_run"
+    summary = _tiny_run(genesis_run, "backend=genesis", "num_envs=4")
+    assert summary["env_steps"] == 200 and summary["updates"] == 100
+    assert OmegaConf.load(genesis_run / "config.yaml").task.backend == "genesis"
+    out = tmp_path / "eval_on_mujoco"
+    out.mkdir()
+    back = run_eval(EvalConfig(run=str(genesis_run), episodes=2, video=False, backend="mujoco"), out)
+    assert back["backend"] == "mujoco" and 0.0 <= back["success"] <= 1.0
+    with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
+        run_eval(EvalConfig(run=str(genesis_run), episodes=1, video=False, backend="bullet"), out)

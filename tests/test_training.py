@@ -187,3 +187,54 @@ def test_sac_learns_panda_reach(tmp_path):
     )
     summary = train(cfg, Path(tmp_path))
     assert summary["eval/success"] >= 0.9, summary
+
+
+def test_top_level_backend_sets_the_tasks_backend_and_wins_over_task_backend():
+    cfg = to_train_config(_compose("backend=genesis", "num_envs=64", "task=panda_reach"))
+    assert cfg.backend == "genesis" and cfg.task.backend == "genesis" and cfg.num_envs == 64
+    assert to_train_config(_compose()).task.backend == "mujoco"  # unset: the task's own
+    assert to_train_config(_compose("task.backend=genesis")).task.backend == "genesis"
+    assert to_train_config(_compose("backend=mujoco", "task.backend=genesis")).task.backend == "mujoco"  # top wins
+    with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
+        to_train_config(_compose("backend=bullet"))
+    with pytest.raises(ValueError, match=r"task.backend must be one of mujoco, genesis, got 'isaac'"):
+        to_train_config(_compose("task.backend=isaac"))
+    with pytest.raises(ValueError, match=r"backend=genesis: task=gym has no simulator backend"):
+        to_train_config(_compose("task=gym", "backend=genesis"))
+
+
+def test_batched_collection_adds_one_batch_per_step_and_keeps_utd_per_env_step(tmp_path, monkeypatch):
+    """num_envs=4: each loop step adds one [4, ...] batch; updates count env steps (utd_ratio per env step)."""
+    from robotrl.data.replay import ReplayBuffer
+
+    batches = []
+    add = ReplayBuffer.add
+    monkeypatch.setattr(
+        ReplayBuffer, "add", lambda self, obs, *rest: (batches.append(len(rest[0])), add(self, obs, *rest))
+    )
+    args = [
+        a for a in TINY if not a.startswith(("total_steps", "learning_starts", "eval_interval", "checkpoint_interval"))
+    ]
+    cfg = to_train_config(
+        _compose(
+            *args,
+            "num_envs=4",
+            "total_steps=400",
+            "learning_starts=200",
+            "agent.utd_ratio=2",
+            "eval_interval=100000",
+            "checkpoint_interval=100000",
+            "video=false",
+        )
+    )
+    summary = train(cfg, tmp_path)
+    assert summary["env_steps"] == 400 and batches == [4] * 100
+    assert summary["updates"] == 2 * (400 - 200)  # as with one env: utd_ratio updates per env step
+
+
+def test_a_num_envs_the_machine_cannot_hold_fails_before_training_with_the_memory_needed(tmp_path):
+    for backend in ("mujoco", "genesis"):  # the check runs before Genesis is imported: no extra needed
+        cfg = to_train_config(_compose(f"backend={backend}", "num_envs=1000000000", "video=false"))
+        with pytest.raises(MemoryError, match=rf"num_envs=1000000000 on the {backend} backend needs about [\d.]+ GB"):
+            train(cfg, tmp_path / backend)
+        assert not (tmp_path / backend / "checkpoints").exists()
