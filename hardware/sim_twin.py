@@ -322,7 +322,7 @@ class SimTwin:
         lo, hi = self._gripper_range
         clamped = min(max(value, lo), hi)
         with self._command_lock:
-            self.clamped += clamped != value
+            self.clamped += int(clamped != value)
             self._gripper_target = clamped
         self._accepted("gripper", msg)
 
