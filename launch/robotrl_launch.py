@@ -8,8 +8,9 @@ A parameter file is plain YAML whose keys are the entry point's config keys (nes
     shield: {control_hz: 500}
 
 becomes `hardware=sim_twin episodes=5 shield.control_hz=500`. A key written `"+goal"` adds entries to a
-mapping the config leaves open (`+goal.target=[...]`), as `+` does on Hydra's command line. tests/test_launch.py composes every
-parameter file against its entry point's config, so a key the program does not accept fails there.
+mapping the config leaves open (`+goal.target=[...]`), as `+` does on Hydra's command line.
+tests/test_launch.py composes every parameter file against its entry point's config, so a key the
+program does not accept fails there.
 """
 
 from __future__ import annotations
