@@ -1,0 +1,192 @@
+"""Env steps/s of panda_pick_cube on the MuJoCo backend and on Genesis (issue 7), and SAC's wall-clock to 90% success
+on panda_reach with each.
+
+Figures (state observations, uniform random actions, 25 Hz control = 20 physics steps per env step):
+- `mujoco_steps_per_s`: the MuJoCo backend, `1` env, and `threaded_<N>`: N envs batched, stepped by
+  `task.sim_threads` threads (`mujoco_sim_threads`, one per core);
+- `genesis_cpu_steps_per_s`: Genesis's CPU backend at num_envs 1, 16, 64, 256 (measured in a child process that
+  sees no GPU); `genesis_cuda_steps_per_s`: Genesis on CUDA at 1024 to 8192 envs, null without a GPU;
+- `genesis_cpu_build_s`: scene build seconds per size (the first of a process loads kernels from ~/.cache, or
+  compiles them, about 45 s);
+- `best_cpu_ratio_vs_mujoco`: Genesis's best CPU figure over the MuJoCo backend's best (goal >= 5);
+- `best_cuda_steps_per_s`: Genesis's best CUDA figure (goal >= 200,000), null without a GPU;
+- `wallclock_ratio_reach`: seconds for SAC (the default job) to first reach 90% evaluation success on panda_reach
+  with MuJoCo (1 env) over seconds with Genesis batched (`--reach-envs`, 64), updates per env step as always
+  (goal > 1). Only in the full run (several minutes per side; null with --quick or --skip-reach).
+Genesis figures are null (with `genesis_error`) where genesis-world is not installed (pip install -e ".[genesis]").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit, parse_args
+
+TASK = "panda_pick_cube"
+CPU_SIZES = (1, 16, 64, 256)
+CUDA_SIZES = (1024, 2048, 4096, 8192)
+
+
+def steps_per_s(backend: str, num_envs: int, seconds: float, sim_threads: int = 1) -> tuple[float, float]:
+    """(env steps/s over `seconds` of stepping after a warm-up, including the task's own per-step work; build s)."""
+    import torch
+    from robotrl.tasks import TASK_CONFIGS, make_env
+
+    built = time.perf_counter()
+    env = make_env(TASK_CONFIGS[TASK](name=TASK, backend=backend, sim_threads=sim_threads), num_envs=num_envs)
+    built = time.perf_counter() - built
+    env.reset(seed=0)
+    generator = torch.Generator().manual_seed(0)
+
+    def act():
+        return torch.rand(num_envs, env.action_dim, generator=generator) * 2 - 1
+
+    for _ in range(3):
+        env.step(act())
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        env.step(act())
+        steps += 1
+    rate = steps * num_envs / (time.perf_counter() - start)
+    env.close()
+    return rate, built
+
+
+def worker(sizes: list[int], seconds: float) -> None:
+    """Child process: Genesis figures on whatever device it sees, one JSON line."""
+    import torch
+
+    torch.set_num_threads(1)
+    from robotrl.tasks.genesis_backend import import_genesis
+
+    gs = import_genesis()
+    out: dict = {"device": str(gs.device), "rates": {}, "build_s": {}}
+    for n in sizes:
+        try:
+            rate, built = steps_per_s("genesis", n, seconds)
+            out["rates"][str(n)], out["build_s"][str(n)] = round(rate, 1), round(built, 1)
+        except MemoryError as err:  # robotrl's num_envs check: the device cannot hold n envs
+            out["rates"][str(n)] = None
+            out.setdefault("skipped", {})[str(n)] = str(err)
+        print(json.dumps(out), flush=True)
+
+
+def genesis_figures(sizes: tuple[int, ...], seconds: float, cuda: bool, timeout: float) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if not cuda:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the backend picks CUDA whenever torch sees a GPU
+    args = [sys.executable, __file__, "--worker", "--sizes", ",".join(map(str, sizes)), "--seconds", str(seconds)]
+    try:
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        out = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        return {**(json.loads(lines[-1]) if lines else {}), "error": f"timed out after {timeout:.0f} s"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {**(json.loads(lines[-1]) if lines else {}), "error": tail[0][-300:]}
+    return json.loads(lines[-1])
+
+
+def seconds_to_reach(backend: str, num_envs: int, total_steps: int, work_dir: Path) -> float | None:
+    """Wall-clock seconds (training and its evaluations) until SAC's evaluation success first reaches 0.9."""
+    from hydra import compose, initialize_config_module
+
+    from robotrl.config import register_configs, to_train_config
+    from robotrl.runtime.loop import train
+    from robotrl.runtime.metrics import read_metrics
+
+    register_configs()
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                f"backend={backend}",
+                f"num_envs={num_envs}",
+                f"total_steps={total_steps}",
+                "eval_interval=1000",
+                "eval_episodes=10",
+                "checkpoint_interval=1000000",
+                "video=false",
+                "progress=false",
+            ],
+        )
+    run_dir = work_dir / backend
+    train(to_train_config(cfg), run_dir)
+    series = read_metrics(run_dir / "metrics.csv")
+    walls = dict(series["eval/wall_s"])
+    return next((walls[step] for step, value in series["eval/success"] if value >= 0.9), None)
+
+
+def main() -> None:
+    if "--worker" in sys.argv:
+        sizes = [int(v) for v in sys.argv[sys.argv.index("--sizes") + 1].split(",")]
+        worker(sizes, float(sys.argv[sys.argv.index("--seconds") + 1]))
+        return
+
+    def extra(parser):
+        parser.add_argument("--skip-reach", action="store_true", help="leave wallclock_ratio_reach out (null)")
+        parser.add_argument("--reach-envs", type=int, default=64, help="Genesis envs for the panda_reach run")
+        parser.add_argument("--reach-steps", type=int, default=20_000, help="env-step cap of each panda_reach run")
+
+    args = parse_args(__doc__, extra)
+    import torch
+
+    torch.set_num_threads(1)
+    seconds = 2.0 if args.quick else 6.0
+    sim_threads = max(1, min(os.cpu_count() or 1, 16))
+    batch = 64
+    figures: dict = {"task": TASK, "seconds_per_figure": seconds, "cpu_cores": os.cpu_count()}
+    mujoco = {
+        "1": round(steps_per_s("mujoco", 1, seconds)[0], 1),
+        f"threaded_{batch}": round(steps_per_s("mujoco", batch, seconds, sim_threads)[0], 1),
+    }
+    figures["mujoco_steps_per_s"] = mujoco
+    figures["mujoco_sim_threads"] = sim_threads
+
+    cpu = genesis_figures(CPU_SIZES, seconds, cuda=False, timeout=45 if args.quick else 300)
+    figures["genesis_cpu_steps_per_s"] = cpu.get("rates")
+    figures["genesis_cpu_build_s"] = cpu.get("build_s")  # the first: kernels loaded from the cache (or compiled)
+    if "error" in cpu:
+        figures["genesis_error"] = cpu["error"]
+    cpu_rates = [v for v in (cpu.get("rates") or {}).values() if v]
+    figures["best_cpu_ratio_vs_mujoco"] = round(max(cpu_rates) / max(mujoco.values()), 2) if cpu_rates else None
+
+    figures["genesis_cuda_steps_per_s"] = None
+    figures["best_cuda_steps_per_s"] = None
+    if torch.cuda.is_available() and cpu_rates:
+        sizes = CUDA_SIZES[:1] if args.quick else CUDA_SIZES
+        gpu = genesis_figures(sizes, seconds, cuda=True, timeout=60 if args.quick else 600)
+        figures["genesis_cuda_steps_per_s"] = gpu.get("rates")
+        figures["genesis_cuda_device"] = torch.cuda.get_device_name(0)
+        if "error" in gpu:
+            figures["genesis_cuda_error"] = gpu["error"]
+        gpu_rates = [v for v in (gpu.get("rates") or {}).values() if v]
+        figures["best_cuda_steps_per_s"] = max(gpu_rates) if gpu_rates else None
+
+    figures["wallclock_ratio_reach"] = None
+    if not (args.quick or args.skip_reach) and cpu_rates:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            mujoco_s = seconds_to_reach("mujoco", 1, args.reach_steps, Path(tmp))
+            genesis_s = seconds_to_reach("genesis", args.reach_envs, args.reach_steps, Path(tmp))
+        figures["reach_seconds"] = {"mujoco_1": mujoco_s, f"genesis_{args.reach_envs}": genesis_s}
+        if mujoco_s is not None and genesis_s is not None:
+            figures["wallclock_ratio_reach"] = round(mujoco_s / genesis_s, 2)
+    elif args.quick:
+        figures["wallclock_ratio_reach_note"] = "full run only"
+    else:
+        figures["wallclock_ratio_reach_note"] = "skipped (--skip-reach)" if args.skip_reach else "no genesis"
+    emit("genesis_speed", figures, args.save)
+
+
+if __name__ == "__main__":
+    main()
