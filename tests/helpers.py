@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,3 +34,16 @@ def run_module(module: str, *args: str, timeout: float = 240, check: bool = True
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+DEADLINE = 10.0  # seconds; every wait polls and returns as soon as its condition holds
+
+
+def wait_until(condition, timeout: float = DEADLINE, interval: float = 0.005) -> bool:
+    """Polls `condition` until it holds or `timeout` passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
+from helpers import DEADLINE, wait_until
 from robotrl.hardware.ros2 import (
     DEFAULT,
     LATCHED,
@@ -31,20 +32,10 @@ from robotrl.hardware.ros2.names import dds_topic_name
 from robotrl.hardware.ros2.rclpy_backend import from_ros, to_ros
 
 REPO = Path(__file__).resolve().parents[1]
-DEADLINE = 10.0  # seconds; every wait polls and returns as soon as its condition holds
 
 
 def unique_topic(label: str) -> str:
     return f"/robotrl_test/{label}_{uuid.uuid4().hex[:10]}"
-
-
-def wait_until(condition, timeout: float = DEADLINE, interval: float = 0.005) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 def collect(subscription, count: int, timeout: float = DEADLINE) -> list:
