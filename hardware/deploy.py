@@ -248,6 +248,12 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
             "p99": _round(np.percentile(ages, 99)) if ages.size else None,
             "max": _round(ages.max()) if ages.size else None,
         },
+        watchdog={
+            "joint_state_period_ms": _round(env.state_period * 1e3) if env.state_period else None,
+            "hold_after_ms": _round(env.shield.config.hold_after_s * 1e3),
+            "oldest_state_tracked_ms": _round(env.max_tracked_state_age * 1e3),
+            "stalls": len(env.stall_reactions),  # times the joint states stopped long enough to hold
+        },
         **{k: v for k, v in sorted(env.stats.items())},
     )
     if recorder is not None:

@@ -45,6 +45,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym
 import mujoco
+from robotrl.hardware.realtime import RealtimeError, check_priority, lock_memory, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
 
 from robotrl.safety import Shield, ShieldConfig, ShieldResetError
@@ -93,6 +94,8 @@ class RobotEnvConfig:
     reset_velocity: float = 0.05  # rad/s: ...and this slow
     reset_timeout: float = 20.0  # s
     close_timeout: float = 2.0  # s close() waits for the arm to come to rest
+    realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the control thread; 0: normal scheduling
+    lock_memory: bool = False  # mlockall: no page fault stalls the control thread (hardware/realtime.py)
     shield: dict[str, Any] = field(default_factory=dict)  # robotrl.safety.ShieldConfig fields (not control_period)
 
     def validate(self) -> None:
@@ -105,6 +108,9 @@ class RobotEnvConfig:
                 f"hardware.policy_rate_hz ({self.policy_rate_hz}) must not exceed control_rate_hz "
                 f"({self.control_rate_hz})"
             )
+        check_priority("hardware.realtime_priority", self.realtime_priority)
+        if not isinstance(self.lock_memory, bool):
+            raise ValueError(f"hardware.lock_memory must be true or false, got {self.lock_memory!r}")
         if self.on_stale not in ON_STALE:
             raise ValueError(f"hardware.on_stale must be one of {', '.join(ON_STALE)}, got {self.on_stale!r}")
         if not self.controller:
@@ -258,11 +264,24 @@ class RobotEnv(gym.Env):
         self.totals: Counter[str] = Counter()  # shield corrections (control periods) over the env's life
         self.stats: Counter[str] = Counter()  # commands, missed periods, stale observations, bad states
         self.ages: list[float] = []  # joint-state age at each observation (s)
+        # the watchdog, measured: the oldest state the shield still tracked on, and the state's age when
+        # each stall (joint states stopped arriving) first made the shield hold or stop
+        self.max_tracked_state_age = 0.0
+        self.stall_reactions: list[float] = []
+        self._stalled = False
+        self.state_period: float | None = None  # measured joint-state interval (s), at the first reset
         self._last_setpoint: np.ndarray | None = None
         self._gripper_sent = (math.nan, -math.inf)  # (value, time) of the last gripper command published
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._control_loop, name="robotrl-robot-env-control", daemon=True)
         self._thread.start()
+        try:
+            if cfg.lock_memory:
+                lock_memory("hardware.lock_memory")
+            set_realtime_priority("hardware.realtime_priority", cfg.realtime_priority, self._thread.native_id)
+        except RealtimeError:
+            self.close()
+            raise
 
         self._last_obs: dict[str, np.ndarray] | None = None
         self._obs_state: _State | None = None  # the state the last observation was built from
@@ -344,6 +363,13 @@ class RobotEnv(gym.Env):
                 if value:
                     self._period_info[key] += 1
                     self.totals[key] += 1
+            age = now - state.received_at
+            if safe.mode == "track":
+                self.max_tracked_state_age = max(self.max_tracked_state_age, age)
+                self._stalled = False
+            elif not self._stalled and (safe.info.get("safety/stale_hold") or safe.info.get("safety/stale_stop")):
+                self._stalled = True
+                self.stall_reactions.append(age)
             setpoint = safe.target.numpy()
             if not np.isfinite(setpoint).all():  # the shield guarantees this; never publish otherwise
                 self.stats["non_finite_setpoint"] += 1
@@ -469,6 +495,8 @@ class RobotEnv(gym.Env):
                     f"{cfg.domain_id}, loopback={cfg.loopback}): is the robot driver or robotrl-sim-twin running?"
                 )
             time.sleep(0.01)
+        if self.state_period is None and self.shield.config.watchdog:
+            self._check_state_rate()
         self._restart_shield(deadline + cfg.reset_timeout)
         home = self.spec.home.double().numpy()
         period = 1.0 / cfg.policy_rate_hz
@@ -501,6 +529,28 @@ class RobotEnv(gym.Env):
         self._last_obs = obs
         self._next_tick = time.monotonic() + period
         return obs, info
+
+    def _check_state_rate(self, window: float = 0.2) -> None:
+        """Measure the joint-state interval and refuse a hold_after the stream cannot keep: with states
+        further apart than the watchdog's limit the shield would hold between every two of them."""
+        self._joint_states.take()
+        time.sleep(window)
+        arrivals = [received.received_at for received in self._joint_states.take()]
+        hold_after = self.shield.config.hold_after_s
+        self.state_period = float(np.median(np.diff(arrivals))) if len(arrivals) >= 3 else window
+        if self.state_period * 1.5 > hold_after:
+            measured = (
+                f"{self.state_period * 1e3:.1f} ms between messages"
+                if len(arrivals) >= 3
+                else f"fewer than 3 messages in {window} s"
+            )
+            raise ValueError(
+                f"hardware.shield.hold_after is {hold_after * 1e3:.1f} ms"
+                + (" (two control periods)" if self.shield.config.hold_after is None else "")
+                + f" but {self.cfg.joint_states_topic} arrives slower ({measured}): the shield would hold between "
+                f"states. Publish joint states at the control rate, or set hardware.shield.hold_after to at least "
+                f"{1.5 * self.state_period:.3f} s"
+            )
 
     def _restart_shield(self, deadline: float) -> None:
         """Start the shield from the measured state; after a latch, let its brake finish and restart it."""

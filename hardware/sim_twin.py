@@ -48,6 +48,7 @@ import numpy as np
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco
+from robotrl.hardware.realtime import check_priority, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class SimTwinConfig:
     camera_width: int = 320
     camera_height: int = 240
     report_interval: float = 10.0  # seconds between status lines in the log; 0: none
+    realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
 
     def validate(self) -> None:
         if not (isinstance(self.rate_hz, (int, float)) and math.isfinite(self.rate_hz) and self.rate_hz > 0):
@@ -102,6 +104,7 @@ class SimTwinConfig:
             )
         if self.report_interval < 0:
             raise ValueError(f"report_interval must be >= 0, got {self.report_interval!r}")
+        check_priority("realtime_priority", self.realtime_priority)
 
 
 def load_twin_model(cfg: SimTwinConfig) -> mujoco.MjModel:
@@ -428,6 +431,7 @@ class SimTwin:
         """Step at `rate_hz` on absolute deadlines until `duration` seconds pass (None: the config's; still
         None: until `stop()`). Returns `stats()`."""
         duration = self.cfg.duration if duration is None else duration
+        set_realtime_priority("realtime_priority", self.cfg.realtime_priority)  # this thread, from here on
         if self._cameras is not None and not self._cameras.is_alive():
             self._cameras.start()
             self._cameras.ready.wait(30.0)  # creating the GL context stalls the process for ~100 ms: not in the loop

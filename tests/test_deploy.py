@@ -103,6 +103,9 @@ def test_deploy_runs_the_policy_through_the_shield_and_records_an_mcap_bag(run_d
     assert summary["commands"] > 100 and summary.get("stale_observations", 0) == 0
     assert summary["observation_age_ms"]["p50"] < 50
     assert isinstance(summary["shield_corrections"], dict)
+    watchdog = summary["watchdog"]
+    assert watchdog["joint_state_period_ms"] < watchdog["hold_after_ms"] / 1.5  # the check at reset
+    assert watchdog["oldest_state_tracked_ms"] <= watchdog["hold_after_ms"]
     assert twin.accepted["commands"] > 100 and sum(twin.rejected.values()) == 0
 
     messages = summary["record"]["messages"]

@@ -1,14 +1,17 @@
 """The robot env over real DDS on loopback against the simulated twin (real MuJoCo) running on a thread:
 reset reaches home through the shield, a stale joint-state topic makes the env hold and report, NaN and
-out-of-range actions never reach the command topic. Each test has its own ROS 2 domain id (181-189)."""
+out-of-range actions never reach the command topic. Each test has its own ROS 2 domain id (181-185, 188, 191, 192)."""
 
 import math
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from helpers import REPO, wait_until
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
@@ -143,6 +146,57 @@ def test_stale_joint_states_hold_and_are_reported_never_acted_on():
                 env.reset()  # no fresh state at all
             with pytest.raises(StaleObservationError):
                 env._observe()
+        finally:
+            env.close()
+
+
+def test_a_killed_joint_state_publisher_makes_the_shield_hold_within_two_periods_then_stop():
+    """The twin in its own process, killed (SIGKILL) while the arm moves: the shield never tracks a state
+    older than two control periods, brakes at the first period past that, latches a stop at stop_after, and
+    the published setpoint comes to rest and stays there."""
+    domain_id, period = 191, 1.0 / RATE
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "robotrl.hardware.sim_twin", "robot=panda", f"rate_hz={RATE}", f"domain_id={domain_id}"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "stop_after": 0.1}
+    env = _env(domain_id, control="joint_delta", cfg={"shield": shield, "connect_timeout": 60.0})
+    try:
+        env.reset()
+        hold_after = env.shield.config.hold_after_s
+        assert math.isclose(hold_after, 2 * period) and env.state_period < 1.5 * period
+        for _ in range(5):
+            _, _, _, _, info = env.step(np.full(7, 0.5))  # the arm is moving when its state stops
+        assert info["stale_observation"] == 0
+        stalls_before = len(env.stall_reactions)  # a busy machine can delay a state past two periods
+        twin.kill()
+        twin.wait(timeout=10)
+        assert wait_until(lambda: env.shield.latched == "stale_stop", timeout=2.0)
+        reaction = env.stall_reactions[stalls_before]
+        late = period * (1 + env.stats["missed_periods"])  # the control thread's tick, and its own lateness
+        assert env.max_tracked_state_age <= hold_after  # never acted on a state older than two periods
+        assert len(env.stall_reactions) == stalls_before + 1 and hold_after < reaction <= hold_after + late + 1e-3
+        assert wait_until(lambda: env.shield.at_rest, timeout=2.0)  # the jerk-limited brake ends at rest
+        held = env.setpoint
+        time.sleep(0.1)
+        np.testing.assert_allclose(env.setpoint, held, atol=1e-12)  # and stays there
+        env.step(np.zeros(7))  # computed from the last fresh observation; it returns a stale one
+        _, _, _, _, info = env.step(np.ones(7))
+        assert info["skipped_stale"] == 1 and info["shield_latched"] == 1
+    finally:
+        twin.kill()
+        env.close()
+
+
+def test_a_watchdog_shorter_than_the_joint_state_interval_is_refused_at_reset():
+    with twin_running(192):
+        shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "hold_after": 0.005}
+        env = _env(192, control="joint_delta", cfg={"shield": shield})
+        try:
+            with pytest.raises(ValueError, match=r"hardware\.shield\.hold_after is 5\.0 ms but /joint_states arrives"):
+                env.reset()  # states every 4 ms: a 5 ms watchdog would hold between two of them
         finally:
             env.close()
 

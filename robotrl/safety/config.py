@@ -26,7 +26,8 @@ class ShieldConfig:
     workspace_min: Sequence[float] | None = None  # end-effector box corners (x, y, z) in the model's world frame;
     workspace_max: Sequence[float] | None = None  # both None: no workspace check
     workspace_margin: float = 0.02  # m: targets must lie this far inside the box (room for tracking error)
-    hold_after: float = 0.05  # s: joint states older than this -> hold position
+    # s: joint states older than this -> hold position (brake, resume when fresh); None: two control periods
+    hold_after: float | None = None
     stop_after: float = 0.5  # s: older than this -> stop, latched until reset()
     command_timeout: float = 0.5  # s without a new policy command -> hold
     shape_motion: bool = True  # jerk-limited motion with ruckig (extra `safety`); False: per-step clip only
@@ -34,6 +35,11 @@ class ShieldConfig:
     watchdog: bool = True
     timeout: bool = True  # the command timeout
     log_interval: float = 1.0  # s between log lines per correction kind
+
+    @property
+    def hold_after_s(self) -> float:
+        """`hold_after` in seconds: as given, or two control periods."""
+        return 2 * self.control_period if self.hold_after is None else self.hold_after
 
     @property
     def has_workspace(self) -> bool:
@@ -66,11 +72,12 @@ class ShieldConfig:
                         f"shield.workspace_max.{axis} ({hi}) must exceed shield.workspace_min.{axis} ({lo}) by more "
                         f"than twice shield.workspace_margin ({self.workspace_margin})"
                     )
-        _positive("hold_after", self.hold_after)
+        if self.hold_after is not None:
+            _positive("hold_after", self.hold_after)
         _positive("stop_after", self.stop_after)
-        if self.watchdog and not self.stop_after >= self.hold_after:
+        if self.watchdog and not self.stop_after >= self.hold_after_s:
             raise ShieldConfigError(
-                f"shield.stop_after ({self.stop_after}) must be >= shield.hold_after ({self.hold_after})"
+                f"shield.stop_after ({self.stop_after}) must be >= shield.hold_after ({self.hold_after_s})"
             )
         _positive("command_timeout", self.command_timeout)
         _positive("log_interval", self.log_interval)

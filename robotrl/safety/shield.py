@@ -62,7 +62,7 @@ class Shield:
         )
         self._measured: tuple[torch.Tensor, float] | None = None  # last fresh joint state and its stamp
         self._measured_velocity = torch.zeros(len(spec.joints), dtype=torch.float64)
-        self.watchdog = StateWatchdog(config.hold_after, config.stop_after)
+        self.watchdog = StateWatchdog(config.hold_after_s, config.stop_after)
         self.corrections = CorrectionCounter(config.log_interval)
         self._started = False
         self._estop_pressed = False
@@ -123,7 +123,7 @@ class Shield:
             raise ShieldResetError(f"the joint state is not finite: {position.tolist()}")
         if self.config.watchdog and self.watchdog.classify(state_stamp, now) is not StateAge.FRESH:
             raise ShieldResetError(
-                f"the joint state is not fresh (stamp {state_stamp}, now {now}, hold_after {self.config.hold_after})"
+                f"the joint state is not fresh (stamp {state_stamp}, now {now}, hold_after {self.config.hold_after_s})"
             )
         # a measured position a hair beyond a hard limit: start from the limit, never command beyond it
         position = torch.minimum(torch.maximum(position, self._hard_lower), self._hard_upper)
