@@ -107,20 +107,33 @@ def load_policy(run: str | Path, device: str = "cpu"):
     from robotrl.agents import make_agent
     from robotrl.config import to_train_config
     from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
-    from robotrl.runtime.loop import frame_stack_of, make_training_env, resolve_device
+    from robotrl.runtime.loop import resolve_device
 
     run_dir = Path(run)
     config_path = run_dir / "config.yaml"
     if not config_path.exists():
         raise FileNotFoundError(f"run={str(run)!r}: {config_path} does not exist (not a robotrl run directory?)")
     train_cfg = to_train_config(OmegaConf.load(config_path))
+    facts, obs_spec, action_dim = task_facts(train_cfg)
+    agent = make_agent(train_cfg.agent, obs_spec, action_dim, resolve_device(device))
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
+    agent.eval()
+    return agent, train_cfg, obs_spec, action_dim, {**facts, "checkpoint": ckpt.name}
+
+
+def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
+    """(controller facts, observation spec, action dim) of the simulated task `train_cfg` (a train or actor
+    config: `.task` and `.agent`) names, read from one env of it."""
+    from robotrl.runtime.loop import frame_stack_of, make_training_env
+
     env = make_training_env(train_cfg, num_envs=1)
     try:
         task = getattr(env, "task", None)
         if task is None or not hasattr(task, "controller"):
-            raise ValueError(f"task {train_cfg.task.name!r} is not a simulated arm task; deploy runs those")
+            raise ValueError(f"task {train_cfg.task.name!r} is not a simulated arm task; a robot runs those")
         if frame_stack_of(env) != 1:
-            raise ValueError("deploying a frame-stacked pixel policy is not supported yet")
+            raise ValueError("a frame-stacked pixel policy on a robot is not supported yet")
         facts = {
             "control": task.controller.kind,
             "max_ee_step": task.cfg.max_ee_step,
@@ -131,26 +144,29 @@ def load_policy(run: str | Path, device: str = "cpu"):
             "cameras": [k.removeprefix("pixels_") for k in env.obs_spec if k.startswith("pixels_")],
             "image_size": train_cfg.task.image_size,
         }
-        obs_spec, action_dim = dict(env.obs_spec), env.action_dim
+        return facts, dict(env.obs_spec), env.action_dim
     finally:
         env.close()
-    agent = make_agent(train_cfg.agent, obs_spec, action_dim, resolve_device(device))
-    ckpt = latest_checkpoint(run_dir / "checkpoints")
-    load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
-    agent.eval()
-    return agent, train_cfg, obs_spec, action_dim, {**facts, "checkpoint": ckpt.name}
 
 
-def make_robot_env(cfg: DeployConfig, obs_spec: dict, action_dim: int, facts: dict) -> RobotEnv:
+def make_robot_env(
+    hw: RobotEnvConfig,
+    obs_spec: dict,
+    action_dim: int,
+    facts: dict,
+    goal: dict[str, list[float]] | None = None,
+    relative_goal: dict[str, str] | None = None,
+    episode_steps: int | None = None,
+    goal_option: str = "goal",
+) -> RobotEnv:
     """The robot env for a policy: the trained task's controller, and its observation keys and shapes
-    (those a robot measures, the goals given in the config); anything missing is an error naming it."""
-    hw = cfg.hardware
+    (those a robot measures, the goals given); anything missing is an error naming it."""
     if hw.robot != facts["robot"]:
         raise ValueError(f"the policy was trained for robot {facts['robot']!r}, hardware.robot is {hw.robot!r}")
     if facts["cameras"]:
         hw.cameras, hw.image_size = facts["cameras"], facts["image_size"]
-    goal = {k: list(v) for k, v in cfg.goal.items()}
-    relative = dict(cfg.relative_goal)
+    goal = {k: list(v) for k, v in (goal or {}).items()}
+    relative = dict(relative_goal or {})
     for key, base in KNOWN_RELATIVE.items():
         if key in obs_spec and key not in relative and key not in goal and base in goal:
             relative[key] = base
@@ -163,7 +179,7 @@ def make_robot_env(cfg: DeployConfig, obs_spec: dict, action_dim: int, facts: di
         gripper_obs="gripper" in obs_spec,
         goal=goal,
         relative_goal=relative,
-        episode_steps=cfg.episode_steps or facts["episode_steps"],
+        episode_steps=episode_steps or facts["episode_steps"],
     )
     try:
         spaces = env.observation_space.spaces
@@ -171,7 +187,7 @@ def make_robot_env(cfg: DeployConfig, obs_spec: dict, action_dim: int, facts: di
         if missing:
             raise ValueError(
                 f"the policy observes {missing}, which the robot does not measure: give them as "
-                + " ".join(f"+goal.{k}=[x,y,z]" for k in missing)
+                + " ".join(f"+{goal_option}.{k}=[x,y,z]" for k in missing)
             )
         extra = sorted(set(spaces) - set(obs_spec))
         if extra:
@@ -194,7 +210,7 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
     cfg.validate()
     stop = stop or threading.Event()
     agent, _, obs_spec, action_dim, facts = load_policy(cfg.run, cfg.device)
-    env = make_robot_env(cfg, obs_spec, action_dim, facts)
+    env = make_robot_env(cfg.hardware, obs_spec, action_dim, facts, cfg.goal, cfg.relative_goal, cfg.episode_steps)
     recorder = None
     summary: dict[str, Any] = {"checkpoint": facts["checkpoint"], "control": facts["control"]}
     steps = episodes = policy_errors = 0

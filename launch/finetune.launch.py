@@ -1,7 +1,8 @@
-"""A fine-tuning session on the robot PC: the actor (policy, operator takeover, learned reward) and camera
-drivers; the learner runs on the GPU box (`with_learner:=true` starts one here instead).
+"""A fine-tuning session on the robot PC: the actor (policy on the robot through the shield, operator
+takeover, learned reward) and camera drivers; the learner runs on the GPU box (`with_learner:=true` starts
+one here instead). `hardware:=sim_twin` rehearses it against the simulated twin (started separately).
 
-    ros2 launch launch/finetune.launch.py learner:=gpu-box:50051 operator:=spacemouse
+    ros2 launch launch/finetune.launch.py learner:=gpu-box:50051 operator:=spacemouse hardware:=panda
 """
 
 import os
@@ -20,10 +21,12 @@ from robotrl_launch import robotrl_process
 def generate_launch_description():
     learner = LaunchConfiguration("learner")
     operator = LaunchConfiguration("operator")
+    hardware = LaunchConfiguration("hardware")
     return LaunchDescription(
         [
             DeclareLaunchArgument("learner", default_value="127.0.0.1:50051", description="the learner's host:port"),
             DeclareLaunchArgument("operator", default_value="spacemouse", description="keyboard|spacemouse|gamepad"),
+            DeclareLaunchArgument("hardware", default_value="panda", description="panda | sim_twin"),
             DeclareLaunchArgument("with_learner", default_value="false", description="run the learner here too"),
             DeclareLaunchArgument("cameras", default_value="true", description="start the camera drivers"),
             robotrl_process(
@@ -37,6 +40,7 @@ def generate_launch_description():
                 "finetune_actor.yaml",
                 ["learner.address=", learner],
                 ["hil.operator=", operator],
+                ["hardware=", hardware],
                 name="actor",
             ),
             Node(

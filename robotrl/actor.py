@@ -38,6 +38,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.config import register_configs
+from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
@@ -86,10 +87,23 @@ class ActorConfig:
     flush_s: float = 10.0  # at exit, how long queued batches may take to be acknowledged
     log_interval: int = 1000
     hil: ActorHILConfig = field(default_factory=ActorHILConfig)  # the operator's takeover, a learned reward
+    # A robot instead of the simulated task: hardware=sim_twin|panda (configs/hardware, RobotEnvConfig);
+    # the task still gives the controller and observation layout the learner's agent expects.
+    hardware: Any = None
+    robot: ActorRobotConfig = field(default_factory=ActorRobotConfig)  # goals and reward on the robot
 
     def validate(self) -> None:
         self.learner.validate()
         self.hil.validate()
+        self.robot.validate()
+        if self.hardware is not None:
+            self.hardware.validate()
+            if self.num_envs != 1:
+                raise ValueError(
+                    f"num_envs must be 1 with hardware={self.hardware.robot} (one robot), got {self.num_envs}"
+                )
+            if self.hil.operator == "scripted":
+                raise ValueError("hil.operator=scripted needs the simulator's expert; on a robot use a teleop device")
         for name in ("num_envs", "batch_steps", "outbox_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -229,6 +243,14 @@ class Actor:
             )
         if self._make_env is not None:
             env = self._make_env(agent_cfg)
+        elif cfg.hardware is not None:
+            from robotrl.hardware.robot_vec_env import make_robot_vec_env
+
+            try:
+                env = make_robot_vec_env(cfg.task, agent_cfg, cfg.hardware, cfg.robot, bool(cfg.hil.reward_classifier))
+            except BaseException:
+                client.close()
+                raise
         else:
             env = make_training_env(SimpleNamespace(task=cfg.task, agent=agent_cfg), cfg.num_envs)
         try:
@@ -345,7 +367,12 @@ def to_actor_config(cfg: DictConfig) -> ActorConfig:
     task_name = cfg.task.name
     if task_name not in TASK_CONFIGS:
         raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
-    schema = OmegaConf.structured(ActorConfig(task=TASK_CONFIGS[task_name]()))
+    hardware = None
+    if cfg.get("hardware") is not None:
+        from robotrl.hardware.robot_env import RobotEnvConfig
+
+        hardware = RobotEnvConfig()
+    schema = OmegaConf.structured(ActorConfig(task=TASK_CONFIGS[task_name](), hardware=hardware))
     obj = OmegaConf.to_object(OmegaConf.merge(schema, cfg))
     obj.validate()
     return obj

@@ -1,8 +1,11 @@
 """Shared helpers for tests that run the real entry points."""
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,3 +50,113 @@ def wait_until(condition, timeout: float = DEADLINE, interval: float = 0.005) ->
             return True
         time.sleep(interval)
     return condition()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+# ---- robotrl-learner in a process, robotrl.actor.Actor on a thread ------------------------------------------
+
+LEARNER_ARGS = [
+    "task=gym",
+    "task.env_id=Pendulum-v1",
+    "task.max_episode_steps=50",
+    "agent.batch_size=32",
+    "agent.actor_hidden=[32,32]",
+    "agent.critic_hidden=[32,32]",
+    "learning_starts=100",
+    "weights_every=20",
+    "log_interval=200",
+    "replay_capacity=20000",
+    "server.max_message_mb=1",
+    "server.heartbeat_timeout_s=3",
+]
+
+
+class LearnerProcess:
+    """robotrl-learner in its own process, on a fixed port and run directory (so it can be killed and restarted)."""
+
+    def __init__(self, run_dir, port, *extra, base=LEARNER_ARGS):
+        self.run_dir, self.port = run_dir, port
+        self.args = [sys.executable, "-m", "robotrl.learner", *base, *extra]
+        self.args += [f"server.port={port}", f"hydra.run.dir={run_dir}"]
+        self.log_path = run_dir.parent / f"{run_dir.name}.log"
+        from robotrl.runtime.transport.client import LearnerClient
+        from robotrl.runtime.transport.config import ConnectConfig
+
+        self.client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=2))
+        self.start()
+
+    def start(self):
+        env = dict(os.environ, OMP_NUM_THREADS="1", MUJOCO_GL="egl")
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return wait_for(self._answers, 90, "the learner to serve")
+
+    def _answers(self):
+        import grpc
+
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the learner exited with {self.proc.returncode}:\n{self.output()}")
+        try:
+            return self.client.status()
+        except grpc.RpcError:
+            return None
+
+    def status(self):
+        return self.client.status()
+
+    def output(self):
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self):
+        """SIGTERM: the learner saves a last checkpoint and exits cleanly."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.client.close()
+        return self.proc.returncode
+
+
+def start_actor(cfg, make_env=None, run_dir=None):
+    from robotrl.actor import Actor
+
+    actor, stop, result = Actor(cfg, run_dir, make_env=make_env), threading.Event(), {}
+
+    def target():
+        try:
+            result["summary"] = actor.run(stop)
+        except BaseException as err:  # surfaced by the test's join
+            result["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return actor, stop, thread, result
+
+
+def join_actor(thread, result, timeout=60):
+    thread.join(timeout)
+    assert not thread.is_alive(), "the actor did not stop in time"
+    if "error" in result:
+        raise result["error"]
+    return result["summary"]

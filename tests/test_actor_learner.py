@@ -5,114 +5,30 @@ no transition it acknowledged while the actor keeps acting, and human in the loo
 (the operator at the actor, the demonstrations at the learner) fills one offline buffer that survives a crash."""
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
 from types import SimpleNamespace
 
 import grpc
 import pytest
 import torch
-from helpers import REPO, run_module
+from helpers import LearnerProcess, free_port, join_actor, run_module, start_actor, wait_for
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from robotrl.tasks import TASK_CONFIGS, make_env
 from robotrl.tasks.configs import GymTaskConfig
 from safetensors.torch import save
 
-from robotrl.actor import Actor, ActorConfig, ActorHILConfig, to_actor_config
+from robotrl.actor import ActorConfig, ActorHILConfig, to_actor_config
 from robotrl.data.dataset import Episode, EpisodeDataset
 from robotrl.data.spec import TensorSpec
 from robotrl.learner import Learner, to_learner_config
 from robotrl.runtime.loop import make_training_env
 from robotrl.runtime.metrics import read_metrics
-from robotrl.runtime.transport.client import LearnerClient, request
+from robotrl.runtime.transport.client import request
 from robotrl.runtime.transport.config import ConnectConfig
 from robotrl.runtime.transport.wire import encode
 
 TASK = GymTaskConfig(env_id="Pendulum-v1", max_episode_steps=50)
-LEARNER_ARGS = [
-    "task=gym",
-    "task.env_id=Pendulum-v1",
-    "task.max_episode_steps=50",
-    "agent.batch_size=32",
-    "agent.actor_hidden=[32,32]",
-    "agent.critic_hidden=[32,32]",
-    "learning_starts=100",
-    "weights_every=20",
-    "log_interval=200",
-    "replay_capacity=20000",
-    "server.max_message_mb=1",
-    "server.heartbeat_timeout_s=3",
-]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-
-
-class LearnerProcess:
-    """robotrl-learner in its own process, on a fixed port and run directory (so it can be killed and restarted)."""
-
-    def __init__(self, run_dir, port, *extra, base=LEARNER_ARGS):
-        self.run_dir, self.port = run_dir, port
-        self.args = [sys.executable, "-m", "robotrl.learner", *base, *extra]
-        self.args += [f"server.port={port}", f"hydra.run.dir={run_dir}"]
-        self.log_path = run_dir.parent / f"{run_dir.name}.log"
-        self.client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=2))
-        self.start()
-
-    def start(self):
-        env = dict(os.environ, OMP_NUM_THREADS="1", MUJOCO_GL="egl")
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        return wait_for(self._answers, 90, "the learner to serve")
-
-    def _answers(self):
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the learner exited with {self.proc.returncode}:\n{self.output()}")
-        try:
-            return self.client.status()
-        except grpc.RpcError:
-            return None
-
-    def status(self):
-        return self.client.status()
-
-    def output(self):
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self):
-        """SIGTERM: the learner saves a last checkpoint and exits cleanly."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.client.close()
-        return self.proc.returncode
 
 
 class ScriptedTakeover:
@@ -139,28 +55,6 @@ def actor_config(port, **overrides):
     learner = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
     settings = {"task": TASK, "batch_steps": 10, "control_hz": 250.0, "connect_timeout_s": 60.0, "flush_s": 10.0}
     return ActorConfig(learner=learner, **{**settings, **overrides})
-
-
-def start_actor(cfg, make_env=None, run_dir=None):
-    actor, stop, result = Actor(cfg, run_dir, make_env=make_env), threading.Event(), {}
-
-    def target():
-        try:
-            result["summary"] = actor.run(stop)
-        except BaseException as err:  # surfaced by the test's join
-            result["error"] = err
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return actor, stop, thread, result
-
-
-def join_actor(thread, result, timeout=60):
-    thread.join(timeout)
-    assert not thread.is_alive(), "the actor did not stop in time"
-    if "error" in result:
-        raise result["error"]
-    return result["summary"]
 
 
 @pytest.fixture(scope="module")

@@ -147,7 +147,7 @@ def test_deploy_refuses_a_policy_whose_observations_the_robot_cannot_give(run_di
     assert facts["control"] == "ee_delta" and set(obs_spec) >= {"arm_qpos", "target", "to_target"}
     cfg = DeployConfig(run=str(run_dir), hardware=RobotEnvConfig(domain_id=187))
     with pytest.raises(ValueError, match=r"observes \['target', 'to_target'\].*\+goal\.target=\[x,y,z\]"):
-        make_robot_env(cfg, obs_spec, action_dim, facts)
+        make_robot_env(cfg.hardware, obs_spec, action_dim, facts, cfg.goal)
     with pytest.raises(FileNotFoundError, match="not a robotrl run directory"):
         load_policy(run_dir / "nope")
     proc = run_module("robotrl.hardware.deploy", f"run={run_dir}", "hardware.on_stale=maybe", check=False, timeout=60)

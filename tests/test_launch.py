@@ -119,7 +119,8 @@ def test_every_robotrl_process_is_an_installed_program_and_its_parameters_compos
             module.register_config()
         with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
             cfg = compose(config_name=_config_name(executable), overrides=overrides)
-        config = OmegaConf.to_object(cfg)
+        typed = getattr(module, f"to_{_config_name(executable)}_config", None)  # the program's own conversion
+        config = typed(cfg) if typed is not None else OmegaConf.to_object(cfg)
         if hasattr(config, "validate"):
             config.validate()
         assert module is not None

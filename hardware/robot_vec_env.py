@@ -1,0 +1,200 @@
+"""One robot as a `VecEnv` (num_envs=1), so `robotrl-actor` can act on the robot and stream to a learner.
+
+The robot env (hardware/robot_env.py) gives observations with the simulated task's keys and sends actions
+through the shield; this adds what a learner needs and a robot does not measure by itself:
+
+- **Reward and success.** Where the task's reward is a function of the tool point and a goal the robot env
+  knows (panda_reach: `to_target = target - ee_pos`), it is computed exactly as the simulated task does:
+  `-distance` (dense) or `success - 1` (sparse), success within `success_threshold`. Other tasks need the
+  object's state, which a robot does not report: there `reward=classifier`, and the learned reward classifier
+  (`hil.reward_classifier`, on camera frames, as HIL-SERL does) wraps this env and replaces both.
+- **A goal per episode**, drawn uniformly from `goal_range` (the box the simulated task samples from), so the
+  policy keeps seeing the spread of goals it was trained on; the seed makes the sequence reproducible.
+- **Honest transitions.** An observation that arrives stale (the shield held; the action may not have run
+  as recorded) ends the episode as truncated, so no transition claims a result its action did not have; the
+  next reset waits for fresh joint states and moves home through the shield.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from robotrl.data.spec import TensorSpec
+from robotrl.runtime.env import Obs, StepResult, check_action
+
+if TYPE_CHECKING:  # the robot env imports MuJoCo (forward kinematics); the configs here must not
+    from robotrl.hardware.robot_env import RobotEnv
+
+REWARDS = ("goal_distance", "classifier")
+
+
+@dataclass
+class RobotRewardConfig:
+    """How a robot episode is scored; the actor fills it from the task (`reward_for_task`)."""
+
+    kind: str = "goal_distance"  # goal_distance | classifier (a learned classifier wraps the env)
+    relative_goal: str = "to_target"  # the observation entry goal - ee_pos (goal_distance)
+    dense: bool = True  # -distance; False: success - 1
+    success_threshold: float = 0.05  # metres
+    terminate_on_success: bool = False
+    goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # key: [[low xyz], [high xyz]]
+
+    def validate(self, env: RobotEnv) -> None:
+        if self.kind not in REWARDS:
+            raise ValueError(f"robot reward must be one of {', '.join(REWARDS)}, got {self.kind!r}")
+        if self.kind == "goal_distance":
+            if self.relative_goal not in env.relative_goal:
+                raise ValueError(
+                    f"the goal-distance reward needs the observation {self.relative_goal!r} (goal - ee_pos); this "
+                    f"robot env computes {sorted(env.relative_goal) or 'none'}: give the goal (+goal.target=[x,y,z] "
+                    "or a goal_range), or score episodes with hil.reward_classifier"
+                )
+            if not self.success_threshold > 0:
+                raise ValueError(f"success_threshold must be > 0, got {self.success_threshold}")
+        for key, box in self.goal_range.items():
+            if key not in env.goal:
+                raise ValueError(f"goal_range.{key}: the robot env has no goal {key!r} (goals: {sorted(env.goal)})")
+            low, high = np.asarray(box[0], np.float32), np.asarray(box[1], np.float32)
+            if len(box) != 2 or low.shape != env.goal[key].shape or high.shape != low.shape or not (low <= high).all():
+                raise ValueError(f"goal_range.{key} must be [[low...], [high...]] with low <= high, got {box}")
+
+
+class RobotVecEnv:
+    """See the module docstring. `env` is closed with this one."""
+
+    num_envs = 1
+
+    def __init__(self, env: RobotEnv, reward: RobotRewardConfig):
+        reward.validate(env)
+        self.env, self.reward_cfg = env, reward
+        self.name = f"robot:{env.cfg.robot}"
+        self.action_dim = env.action_dim
+        self.obs_spec = {
+            key: TensorSpec(tuple(space.shape), torch.uint8 if space.dtype == np.uint8 else torch.float32)
+            for key, space in env.observation_space.spaces.items()
+        }
+        self.has_success = reward.kind == "goal_distance"
+        self._rng = np.random.default_rng()
+        self.stale_episodes = 0  # episodes cut short by a stale observation
+
+    def reset(self, seed: int | None = None) -> Obs:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        for key, (low, high) in self.reward_cfg.goal_range.items():
+            self.env.goal[key] = self._rng.uniform(low, high).astype(np.float32)
+        obs, _ = self.env.reset(seed=seed)
+        return self._tensors(obs)
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        action = check_action(self.name, action, 1, self.action_dim)
+        obs, _, terminated, truncated, info = self.env.step(action[0].numpy())
+        next_obs = self._tensors(obs)
+        reward, success = self._score(obs)
+        terminated = terminated or (success and self.reward_cfg.terminate_on_success)
+        if info.get("stale_observation"):
+            self.stale_episodes += 1
+            truncated = True
+        done = terminated or truncated
+        return StepResult(
+            obs=self.reset() if done else next_obs,
+            next_obs=next_obs,
+            reward=torch.tensor([reward], dtype=torch.float32),
+            terminated=torch.tensor([terminated]),
+            truncated=torch.tensor([truncated and not terminated]),
+            success=torch.tensor([success]),
+        )
+
+    def _score(self, obs: dict[str, np.ndarray]) -> tuple[float, bool]:
+        cfg = self.reward_cfg
+        if cfg.kind != "goal_distance":
+            return 0.0, False  # the classifier wrapper scores this step
+        distance = float(np.linalg.norm(obs[cfg.relative_goal]))
+        success = distance < cfg.success_threshold
+        return (-distance if cfg.dense else float(success) - 1.0), success
+
+    @staticmethod
+    def _tensors(obs: dict[str, np.ndarray]) -> Obs:
+        return {key: torch.from_numpy(np.ascontiguousarray(value)).unsqueeze(0) for key, value in obs.items()}
+
+    def render(self) -> np.ndarray:
+        raise NotImplementedError("a robot env renders no video; record the session's camera topics instead")
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass
+class ActorRobotConfig:
+    """The actor's `robot.*`: the goals of a robot episode and how it is scored (`robotrl-actor hardware=...`)."""
+
+    reward: str = "auto"  # auto (classifier if hil.reward_classifier, else goal_distance) | goal_distance | classifier
+    goal: dict[str, list[float]] = field(default_factory=dict)  # fixed goals, e.g. +robot.goal.target=[0.5,0,0.3]
+    goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # per-episode goals; {}: the task's box
+
+    def validate(self) -> None:
+        if self.reward not in ("auto", *REWARDS):
+            raise ValueError(f"robot.reward must be one of auto, {', '.join(REWARDS)}, got {self.reward!r}")
+
+
+def task_goal_ranges(task_name: str) -> dict[str, list[list[float]]]:
+    """The box each goal of a simulated task is drawn from, where a robot can use it as is (a goal in free
+    space; an object's pose is not something the actor can choose)."""
+    if task_name == "panda_reach":
+        from robotrl.tasks.panda_reach import TARGET_HIGH, TARGET_LOW
+
+        return {"target": [TARGET_LOW.tolist(), TARGET_HIGH.tolist()]}
+    return {}
+
+
+# The tasks whose reward the goal-distance rule reproduces exactly (the simulated task's evaluate()).
+GOAL_DISTANCE_TASKS = {"panda_reach": "to_target"}
+
+
+def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, classifier: bool) -> RobotVecEnv:
+    """The robot as the simulated task `task_cfg` sees it, for an actor whose agent is `agent_cfg`.
+    `classifier`: a learned reward classifier will wrap the env (hil.reward_classifier)."""
+    from types import SimpleNamespace
+
+    from robotrl.hardware.deploy import make_robot_env, task_facts
+
+    robot.validate()
+    kind = robot.reward if robot.reward != "auto" else "classifier" if classifier else "goal_distance"
+    if kind == "classifier" and not classifier:
+        raise ValueError("robot.reward=classifier needs hil.reward_classifier=<robotrl-train-classifier output dir>")
+    relative = GOAL_DISTANCE_TASKS.get(task_cfg.name)
+    if kind == "goal_distance" and relative is None:
+        raise ValueError(
+            f"task {task_cfg.name!r} is scored by object state a robot does not report: give "
+            f"hil.reward_classifier=<dir> (a classifier on camera frames); the goal-distance reward covers "
+            f"{sorted(GOAL_DISTANCE_TASKS)}"
+        )
+    facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
+    given = {k: [list(map(float, b)) for b in v] for k, v in robot.goal_range.items()}
+    goal_range = {**task_goal_ranges(task_cfg.name), **given}
+    goal = {k: list(v) for k, v in robot.goal.items()}
+    for key in [*given, *goal]:
+        if key not in obs_spec:
+            part = "goal_range" if key in given else "goal"
+            raise ValueError(
+                f"robot.{part}.{key}: task {task_cfg.name!r} observes no {key!r} (it observes {sorted(obs_spec)})"
+            )
+    for key, (low, high) in goal_range.items():  # a placeholder until reset() draws the first one
+        goal.setdefault(key, [(a + b) / 2 for a, b in zip(low, high, strict=True)])
+    env = make_robot_env(hardware, obs_spec, action_dim, facts, goal, goal_option="robot.goal")
+    reward = RobotRewardConfig(
+        kind=kind,
+        relative_goal=relative or "to_target",
+        dense=getattr(task_cfg, "reward", "dense") == "dense",
+        success_threshold=float(getattr(task_cfg, "success_threshold", 0.05)),
+        terminate_on_success=bool(getattr(task_cfg, "terminate_on_success", False)),
+        goal_range={k: v for k, v in goal_range.items() if k not in robot.goal},
+    )
+    try:
+        return RobotVecEnv(env, reward)
+    except Exception:
+        env.close()
+        raise

@@ -1,0 +1,152 @@
+"""Fine-tuning on a robot: robotrl-actor with hardware=sim_twin acts on the simulated twin (real MuJoCo in a
+thread, real DDS on loopback) through the robot env and the shield, and streams to a robotrl-learner process
+over real gRPC. The robot's episodes are scored as the simulated task scores them where the robot env knows
+everything the reward needs (panda_reach), and refused by name where it does not. Domain ids 193-195."""
+
+import math
+import threading
+
+import pytest
+import torch
+from helpers import LearnerProcess, free_port, join_actor, start_actor
+
+pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
+
+from hydra import compose, initialize_config_module
+from robotrl.hardware.robot_env import RobotEnvConfig
+from robotrl.hardware.robot_vec_env import ActorRobotConfig, make_robot_vec_env
+from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+from robotrl.tasks.configs import ArmTaskConfig
+from robotrl.tasks.panda_reach import TARGET_HIGH, TARGET_LOW
+
+from robotrl.actor import ActorConfig, to_actor_config
+from robotrl.agents.sac import SACConfig
+from robotrl.runtime.transport.config import ConnectConfig
+
+RATE = 250.0
+REACH = ArmTaskConfig(name="panda_reach")
+SMALL_SAC = SACConfig(batch_size=32, actor_hidden=[32, 32], critic_hidden=[32, 32])
+
+
+class TwinThread:
+    def __init__(self, domain_id: int):
+        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0))
+        self.thread = threading.Thread(target=self.twin.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self.twin
+
+    def __exit__(self, *exc):
+        self.twin.stop()
+        self.thread.join(timeout=5)
+        self.twin.close()
+
+
+def hardware(domain_id: int) -> RobotEnvConfig:
+    cfg = RobotEnvConfig(domain_id=domain_id, control_rate_hz=RATE, connect_timeout=10.0, reset_timeout=15.0)
+    cfg.shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
+    return cfg
+
+
+def test_reach_on_the_twin_is_scored_as_the_simulated_task_scores_it():
+    with TwinThread(193):
+        env = make_robot_vec_env(REACH, SMALL_SAC, hardware(193), ActorRobotConfig(), classifier=False)
+        try:
+            assert env.num_envs == 1 and env.has_success and env.action_dim == 3
+            assert set(env.obs_spec) == {"arm_qpos", "arm_qvel", "ee_pos", "target", "to_target"}
+            targets = []
+            for seed in (1, 2):
+                obs = env.reset(seed=seed)
+                target = obs["target"][0]
+                targets.append(target)
+                assert ((target >= TARGET_LOW - 1e-6) & (target <= TARGET_HIGH + 1e-6)).all()
+                torch.testing.assert_close(obs["to_target"][0], target - obs["ee_pos"][0])
+            assert not torch.equal(targets[0], targets[1])  # a new goal each episode
+            # the reach expert's action, through the robot env and shield: success as the task defines it
+            successes = []
+            for _ in range(40):
+                action = (obs["to_target"] / REACH.max_ee_step).clamp(-1.0, 1.0)
+                result = env.step(action)
+                distance = float(result.next_obs["to_target"].norm())
+                assert math.isclose(float(result.reward), -distance, rel_tol=1e-5, abs_tol=1e-6)
+                assert bool(result.success) == (distance < REACH.success_threshold)
+                successes.append(bool(result.success))
+                obs = result.obs
+                if result.truncated.any() or result.terminated.any():
+                    break
+            assert any(successes), "the scripted reach never got within the success threshold on the twin"
+            assert env.stale_episodes == 0
+            with pytest.raises(ValueError, match=r"action must have shape \[1, 3\]"):
+                env.step(torch.zeros(1, 7))
+            with pytest.raises(ValueError, match="non-finite action"):
+                env.step(torch.full((1, 3), float("nan")))
+        finally:
+            env.close()
+
+
+def test_tasks_a_robot_cannot_score_need_the_reward_classifier_by_name():
+    pick = ArmTaskConfig(name="panda_pick_cube")
+    with pytest.raises(ValueError, match=r"task 'panda_pick_cube' is scored by object state .* hil\.reward_classifier"):
+        make_robot_vec_env(pick, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
+    with pytest.raises(ValueError, match=r"robot\.reward=classifier needs hil\.reward_classifier"):
+        make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(reward="classifier"), classifier=False)
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        with pytest.raises(ValueError, match=r"num_envs must be 1 .*hardware=panda"):
+            to_actor_config(compose("actor", ["hardware=sim_twin", "num_envs=4"]))
+        with pytest.raises(ValueError, match=r"hil\.operator=scripted needs the simulator's expert"):
+            to_actor_config(compose("actor", ["hardware=sim_twin", "hil.operator=scripted"]))
+        with pytest.raises(ValueError, match=r"robot\.reward must be one of auto, goal_distance, classifier"):
+            to_actor_config(compose("actor", ["hardware=sim_twin", "robot.reward=vibes"]))
+        cfg = to_actor_config(compose("actor", ["hardware=panda", "+robot.goal.target=[0.5,0.0,0.3]"]))
+    assert cfg.hardware.loopback is False and cfg.robot.goal == {"target": [0.5, 0.0, 0.3]}
+
+
+def test_an_actor_on_the_twin_streams_scored_transitions_to_a_learner_and_takes_its_weights(tmp_path):
+    port = free_port()
+    learner = LearnerProcess(
+        tmp_path / "learner",
+        port,
+        base=[
+            "task=panda_reach",
+            "agent.batch_size=32",
+            "agent.actor_hidden=[32,32]",
+            "agent.critic_hidden=[32,32]",
+            "learning_starts=30",
+            "weights_every=10",
+            "log_interval=50",
+            "replay_capacity=5000",
+        ],
+    )
+    try:
+        with TwinThread(194):
+            link = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
+            cfg = ActorConfig(
+                task=REACH,
+                learner=link,
+                actor_id="arm",
+                total_steps=90,
+                batch_steps=10,
+                connect_timeout_s=60.0,
+                hardware=hardware(194),
+                robot=ActorRobotConfig(goal_range={"target": [[0.4, -0.1, 0.2], [0.5, 0.1, 0.3]]}),
+            )
+            _, _, thread, result = start_actor(cfg, run_dir=tmp_path / "actor")
+            summary = join_actor(thread, result, timeout=120)
+        assert summary["env_steps"] == summary["acked_env_steps"] == 90 and summary["dropped_env_steps"] == 0
+        assert summary["episodes"] >= 1  # reach episodes are 50 steps: at least one ended (and the arm went home)
+        assert summary["weights_loaded"] >= 1  # the policy acting on the robot came from the learner
+        status = learner.status()
+        assert status["streams"]["arm"]["transitions"] == 90 and status["updates"] > 0
+    finally:
+        assert learner.stop() == 0, learner.output()
+
+
+def test_robot_goal_ranges_are_checked_against_the_goals_the_robot_env_has():
+    with TwinThread(195):
+        bad = ActorRobotConfig(goal_range={"target": [[0.6, 0.0, 0.3], [0.4, 0.0, 0.3]]})
+        with pytest.raises(ValueError, match=r"goal_range\.target must be \[\[low\.\.\.\], \[high\.\.\.\]\]"):
+            make_robot_vec_env(REACH, SMALL_SAC, hardware(195), bad, classifier=False)
+        unknown = ActorRobotConfig(goal_range={"hole": [[0.4, 0.0, 0.1], [0.5, 0.0, 0.1]]})
+        with pytest.raises(ValueError, match=r"robot\.goal_range\.hole: task 'panda_reach' observes no 'hole'"):
+            make_robot_vec_env(REACH, SMALL_SAC, hardware(195), unknown, classifier=False)
