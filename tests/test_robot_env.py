@@ -1,6 +1,8 @@
 """The robot env over real DDS on loopback against the simulated twin (real MuJoCo) running on a thread:
-reset reaches home through the shield, a stale joint-state topic makes the env hold and report, NaN and
-out-of-range actions never reach the command topic. Each test has its own ROS 2 domain id (181-185, 188, 191, 192)."""
+reset reaches home through the shield, a stale joint-state topic makes the env hold and report, a killed
+twin makes the shield brake within two periods, camera frames become pixel observations, NaN and
+out-of-range actions never reach the command topic. Each test has its own ROS 2 domain id (181-185, 188,
+191, 192, 196)."""
 
 import math
 import subprocess
@@ -199,6 +201,36 @@ def test_a_watchdog_shorter_than_the_joint_state_interval_is_refused_at_reset():
                 env.reset()  # states every 4 ms: a 5 ms watchdog would hold between two of them
         finally:
             env.close()
+
+
+def test_camera_frames_from_the_twin_become_pixel_observations_that_follow_the_arm():
+    twin = SimTwin(
+        SimTwinConfig(
+            rate_hz=RATE, domain_id=196, report_interval=0, cameras=["front"], camera_rate_hz=20.0, camera_width=128
+        )
+    )
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    env = _env(196, control="joint_delta", cfg={"cameras": ["front"], "image_size": 64, "max_image_age": 0.5})
+    try:
+        assert env.observation_space["pixels_front"].shape == (3, 64, 64)
+        obs, info = env.reset()
+        assert wait_until(lambda: env._observe()[1]["stale_observation"] == 0, timeout=10.0)
+        obs, info = env._observe()
+        home = obs["pixels_front"]
+        assert home.dtype == np.uint8 and home.shape == (3, 64, 64) and home.std() > 10  # a picture, not a blank
+        for _ in range(12):  # swing the base joint ~1 rad: the arm moves across the front view
+            obs, _, _, _, info = env.step(np.array([1.0, 0, 0, 0, 0, 0, 0]))
+        time.sleep(0.2)  # a frame rendered after the move
+        moved, info = env._observe()
+        assert info["stale_observation"] == 0
+        change = np.abs(moved["pixels_front"].astype(int) - home.astype(int)).mean()
+        assert change > 2.0
+    finally:
+        env.close()
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
 
 
 def test_nan_and_out_of_range_actions_never_reach_the_command_topic():
