@@ -43,3 +43,24 @@ def emit(name: str, figures: dict, save: bool) -> None:
         with (RESULTS / f"{name}.jsonl").open("a") as f:
             f.write(line + "\n")
     print(line, flush=True)
+
+
+def train_sac(run_dir: Path, *overrides: str) -> None:
+    """Train the default job (SAC on the default task) in this process into `run_dir`, with Hydra `overrides`,
+    as `robotrl-train` does (its config.yaml saved, so `robotrl-eval run=<run_dir>` reads it); no video, no
+    progress bar, one checkpoint at the end."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from robotrl.config import apply_backend, register_configs, to_train_config
+    from robotrl.runtime.loop import train
+
+    register_configs()
+    quiet = ["checkpoint_interval=1000000", "video=false", "progress=false"]
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*quiet, *overrides])
+    apply_backend(cfg)
+    train_cfg = to_train_config(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    train(train_cfg, run_dir)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args
+from common import emit, parse_args, train_sac
 
 TASK = "panda_pick_cube"
 CPU_SIZES = (1, 16, 64, 256)
@@ -102,29 +102,17 @@ def genesis_figures(sizes: tuple[int, ...], seconds: float, cuda: bool, timeout:
 def seconds_to_reach(backend: str, num_envs: int, total_steps: int, work_dir: Path) -> tuple[float | None, int | None]:
     """(wall-clock seconds, training and its evaluations, until SAC's evaluation success first reaches 0.9; the env
     step of that evaluation), (None, None) where it does not within `total_steps`."""
-    from hydra import compose, initialize_config_module
-
-    from robotrl.config import register_configs, to_train_config
-    from robotrl.runtime.loop import train
     from robotrl.runtime.metrics import read_metrics
 
-    register_configs()
-    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=[
-                f"backend={backend}",
-                f"num_envs={num_envs}",
-                f"total_steps={total_steps}",
-                "eval_interval=1000",
-                "eval_episodes=10",
-                "checkpoint_interval=1000000",
-                "video=false",
-                "progress=false",
-            ],
-        )
     run_dir = work_dir / backend
-    train(to_train_config(cfg), run_dir)
+    train_sac(
+        run_dir,
+        f"backend={backend}",
+        f"num_envs={num_envs}",
+        f"total_steps={total_steps}",
+        "eval_interval=1000",
+        "eval_episodes=10",
+    )
     series = read_metrics(run_dir / "metrics.csv")
     walls = dict(series["eval/wall_s"])
     return next(((walls[step], int(step)) for step, value in series["eval/success"] if value >= 0.9), (None, None))
