@@ -129,12 +129,14 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
 
     env = make_training_env(train_cfg, num_envs=1)
     try:
-        task = getattr(env, "task", None)
+        inner = env
+        while not hasattr(inner, "task") and hasattr(inner, "env"):  # under FrameStack and other wrappers
+            inner = inner.env
+        task = getattr(inner, "task", None)
         if task is None or not hasattr(task, "controller"):
             raise ValueError(f"task {train_cfg.task.name!r} is not a simulated arm task; a robot runs those")
-        if frame_stack_of(env) != 1:
-            raise ValueError("a frame-stacked pixel policy on a robot is not supported yet")
         facts = {
+            "frame_stack": frame_stack_of(env),
             "control": task.controller.kind,
             "max_ee_step": task.cfg.max_ee_step,
             "max_joint_step": task.cfg.max_joint_step,
@@ -170,6 +172,10 @@ def make_robot_env(
     for key, base in KNOWN_RELATIVE.items():
         if key in obs_spec and key not in relative and key not in goal and base in goal:
             relative[key] = base
+    unused_goals = set(goal) - set(obs_spec) - {base for key, base in relative.items() if key in obs_spec}
+    extra = sorted(unused_goals | (set(relative) - set(obs_spec)))
+    if extra:
+        raise ValueError(f"the policy does not observe {extra}; remove them from {goal_option}")
     env = RobotEnv(
         hw,
         control=facts["control"],
@@ -180,6 +186,8 @@ def make_robot_env(
         goal=goal,
         relative_goal=relative,
         episode_steps=episode_steps or facts["episode_steps"],
+        frame_stack=facts.get("frame_stack", 1),
+        observe=list(obs_spec),
     )
     try:
         spaces = env.observation_space.spaces
@@ -189,9 +197,6 @@ def make_robot_env(
                 f"the policy observes {missing}, which the robot does not measure: give them as "
                 + " ".join(f"+{goal_option}.{k}=[x,y,z]" for k in missing)
             )
-        extra = sorted(set(spaces) - set(obs_spec))
-        if extra:
-            raise ValueError(f"the policy does not observe {extra}; remove them from goal/relative_goal")
         wrong = {k: (tuple(spaces[k].shape), tuple(s.shape)) for k, s in obs_spec.items() if spaces[k].shape != s.shape}
         if wrong:
             raise ValueError(f"observation shapes (robot, policy) differ: {wrong}")

@@ -186,9 +186,13 @@ class RobotEnv(gym.Env):
         goal: dict[str, list[float]] | None = None,
         relative_goal: dict[str, str] | None = None,
         episode_steps: int | None = None,
+        frame_stack: int = 1,
+        observe: list[str] | None = None,
         bridge: Any | None = None,
     ):
         cfg.validate()
+        if not (isinstance(frame_stack, int) and frame_stack >= 1):
+            raise ValueError(f"frame_stack must be an integer >= 1, got {frame_stack!r}")
         if control not in CONTROLS:
             raise ValueError(f"control must be one of {', '.join(CONTROLS)}, got {control!r}")
         self.cfg = cfg
@@ -229,8 +233,12 @@ class RobotEnv(gym.Env):
             spaces[key] = gym.spaces.Box(-np.inf, np.inf, value.shape, np.float32)
         for key in self.relative_goal:
             spaces[key] = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.frame_stack = frame_stack  # camera frames per pixel observation, oldest first (as FrameStack)
         for name in cfg.cameras:
-            spaces[f"pixels_{name}"] = gym.spaces.Box(0, 255, (3, cfg.image_size, cfg.image_size), np.uint8)
+            shape = (3 * frame_stack, cfg.image_size, cfg.image_size)
+            spaces[f"pixels_{name}"] = gym.spaces.Box(0, 255, shape, np.uint8)
+        if observe is not None:  # the entries the policy reads (a pixel policy may read no joint state)
+            spaces = {key: space for key, space in spaces.items() if key in observe}
         self.observation_space = gym.spaces.Dict(spaces)
 
         from robotrl.hardware.ros2 import make_bridge
@@ -284,6 +292,7 @@ class RobotEnv(gym.Env):
             raise
 
         self._last_obs: dict[str, np.ndarray] | None = None
+        self._stacks: dict[str, np.ndarray] = {}  # pixel key -> the last frame_stack frames [3k, H, W]
         self._obs_state: _State | None = None  # the state the last observation was built from
         self._obs_fresh = False
         self._last_target = np.zeros(self.n)
@@ -350,6 +359,8 @@ class RobotEnv(gym.Env):
                 tick = due
 
     def _control_step(self, now: float) -> None:
+        self._joint_states.poll()  # a state that has arrived counts as fresh even if the receive thread lags
+        now = max(now, time.monotonic())  # after the poll: no state may look younger than zero
         with self._lock:
             state = self._state()
             if not self._started or state is None:
@@ -442,7 +453,22 @@ class RobotEnv(gym.Env):
                 raise StaleObservationError(f"observation not fresh: {info['stale_reason']}")
         self._obs_state = state
         self._obs_fresh = not stale
-        return obs, info
+        return {key: obs[key] for key in self.observation_space.spaces}, info
+
+    def _stack_frames(self, obs: dict[str, np.ndarray], fresh: bool) -> dict[str, np.ndarray]:
+        """Pixel entries as the last `frame_stack` frames on the channel axis; at an episode's start the first
+        frame fills the stack (robotrl/runtime/frame_stack.py does the same in simulation)."""
+        if self.frame_stack == 1:
+            return obs
+        for key in [k for k in obs if k.startswith("pixels_")]:
+            frame = obs[key]
+            if fresh:
+                stack = np.concatenate([frame] * self.frame_stack, axis=0)
+            else:
+                stack = np.concatenate([self._stacks[key][frame.shape[0] :], frame], axis=0)
+            self._stacks[key] = stack
+            obs[key] = stack.copy()
+        return obs
 
     def _image(self, msg) -> np.ndarray:
         from robotrl.hardware.ros2.tensors import image_tensor
@@ -521,6 +547,7 @@ class RobotEnv(gym.Env):
                 )
         self._take_info()
         obs, info = self._observe()
+        obs = self._stack_frames(obs, fresh=True)
         q = self._obs_state.position.numpy()
         self._last_target = q.copy()
         if self.control == "ee_delta":
@@ -600,6 +627,7 @@ class RobotEnv(gym.Env):
         # late (a slow policy or a stall): the next tick is a whole period from now, never a burst of steps
         self._next_tick = max(self._next_tick, time.monotonic()) + 1.0 / self.cfg.policy_rate_hz
         obs, obs_info = self._observe()
+        obs = self._stack_frames(obs, fresh=False)
         info.update(obs_info)
         info.update(self._take_info())
         with self._lock:

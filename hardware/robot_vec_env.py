@@ -173,6 +173,11 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
             f"{sorted(GOAL_DISTANCE_TASKS)}"
         )
     facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
+    if kind == "goal_distance" and relative not in obs_spec:
+        raise ValueError(
+            f"the goal-distance reward reads {relative!r}, which this policy does not observe "
+            f"(task.obs={getattr(task_cfg, 'obs', '?')}): score episodes with hil.reward_classifier"
+        )
     given = {k: [list(map(float, b)) for b in v] for k, v in robot.goal_range.items()}
     goal_range = {**task_goal_ranges(task_cfg.name), **given}
     goal = {k: list(v) for k, v in robot.goal.items()}

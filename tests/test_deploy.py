@@ -33,16 +33,11 @@ RATE = 250.0
 SPEC = load_robot_spec("panda")
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """A robotrl-train run directory as train writes it: config.yaml and a checkpoint (an untrained SAC
-    policy for panda_reach: deployment must not care how good it is)."""
-    run = tmp_path_factory.mktemp("run")
+def _untrained_run(run, overrides: list[str]):
+    """A robotrl-train run directory as train writes it: config.yaml and a checkpoint of an untrained
+    policy (deployment must not care how good it is)."""
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=["task=panda_reach", "agent.actor_hidden=[32,32]", "agent.critic_hidden=[32,32]"],
-        )
+        cfg = compose(config_name="config", overrides=overrides)
     OmegaConf.save(cfg, run / "config.yaml", resolve=True)
     train_cfg = to_train_config(cfg)
     env = make_training_env(train_cfg, num_envs=1)
@@ -51,6 +46,13 @@ def run_dir(tmp_path_factory):
     env.close()
     save_checkpoint(run / "checkpoints", 100, agent, None, {"env_step": 100})
     return run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """An untrained SAC policy for panda_reach from joint states and goals."""
+    overrides = ["task=panda_reach", "agent.actor_hidden=[32,32]", "agent.critic_hidden=[32,32]"]
+    return _untrained_run(tmp_path_factory.mktemp("run"), overrides)
 
 
 @pytest.fixture
@@ -143,3 +145,41 @@ def test_deploy_refuses_a_policy_whose_observations_the_robot_cannot_give(run_di
         load_policy(run_dir / "nope")
     proc = run_module("robotrl.hardware.deploy", f"run={run_dir}", "hardware.on_stale=maybe", check=False, timeout=60)
     assert proc.returncode != 0 and "hardware.on_stale must be one of hold, raise" in proc.stderr
+
+
+def test_deploy_runs_a_frame_stacked_pixel_policy_on_the_twins_camera(tmp_path):
+    """DrQ-v2 from the front camera alone (3 stacked 64 px frames, no joint state): the robot env stacks the
+    twin's camera frames as the simulated FrameStack does and observes nothing the policy does not read."""
+    from robotrl.hardware.deploy import load_policy
+
+    run = tmp_path / "pixels"
+    run.mkdir()
+    overrides = ["task=panda_reach", "task.obs=pixels", "task.cameras=[front]", "task.image_size=64"]
+    _untrained_run(run, [*overrides, "agent=drqv2_light"])
+    _, _, obs_spec, _, facts = load_policy(run)
+    assert facts["frame_stack"] == 3 and set(obs_spec) == {"pixels_front"}
+    assert obs_spec["pixels_front"].shape == (9, 64, 64)
+    config = SimTwinConfig(rate_hz=RATE, domain_id=197, report_interval=0, cameras=["front"], camera_rate_hz=20.0)
+    twin = SimTwin(config)
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    try:
+        proc = run_module(
+            "robotrl.hardware.deploy",
+            f"run={run}",
+            "hardware=sim_twin",
+            "hardware.domain_id=197",
+            f"hardware.control_rate_hz={RATE}",
+            "hardware.max_image_age=0.5",
+            "episodes=1",
+            "episode_steps=20",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+            timeout=120,
+        )
+    finally:
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])["deploy"]
+    assert summary["steps"] == 20 and summary["policy_errors"] == 0
+    assert summary.get("stale_observations", 0) == 0 and summary["commands"] > 50

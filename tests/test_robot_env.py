@@ -177,7 +177,8 @@ def test_a_killed_joint_state_publisher_makes_the_shield_hold_within_two_periods
         twin.wait(timeout=10)
         assert wait_until(lambda: env.shield.latched == "stale_stop", timeout=2.0)
         reaction = env.stall_reactions[stalls_before]
-        late = period * (1 + env.stats["missed_periods"])  # the control thread's tick, and its own lateness
+        # the control thread's tick, a wake-up up to a period late on a busy machine, and periods it skipped
+        late = period * (2 + env.stats["missed_periods"])
         assert env.max_tracked_state_age <= hold_after  # never acted on a state older than two periods
         assert len(env.stall_reactions) == stalls_before + 1 and hold_after < reaction <= hold_after + late + 1e-3
         assert wait_until(lambda: env.shield.at_rest, timeout=2.0)  # the jerk-limited brake ends at rest
@@ -226,6 +227,17 @@ def test_camera_frames_from_the_twin_become_pixel_observations_that_follow_the_a
         assert info["stale_observation"] == 0
         change = np.abs(moved["pixels_front"].astype(int) - home.astype(int)).mean()
         assert change > 2.0
+        env.close()
+        # stacked as the simulated FrameStack stacks: the first frame fills the stack, then oldest first
+        env = _env(196, control="joint_delta", frame_stack=2, cfg={"cameras": ["front"], "image_size": 64})
+        assert env.observation_space["pixels_front"].shape == (6, 64, 64)
+        obs, _ = env.reset()
+        np.testing.assert_array_equal(obs["pixels_front"][:3], obs["pixels_front"][3:])
+        newest = obs["pixels_front"][3:]
+        for _ in range(3):
+            obs, _, _, _, _ = env.step(np.array([-1.0, 0, 0, 0, 0, 0, 0]))
+            np.testing.assert_array_equal(obs["pixels_front"][:3], newest)
+            newest = obs["pixels_front"][3:]
     finally:
         env.close()
         twin.stop()

@@ -102,6 +102,12 @@ class Subscription(ABC, Generic[M]):
     def publisher_count(self) -> int:
         """How many publishers are matched with this subscription now."""
 
+    def poll(self) -> None:
+        """Take what has arrived into the queue now, from the calling thread. A control loop calls this before
+        it judges a message's age: the receive thread may not have run yet (it waits for the GIL like any
+        Python thread), and a message that has arrived must not look stale because of that. Backends whose
+        executor delivers on its own do nothing here."""
+
     def _deliver(self, msg: M, source_time: float | None) -> None:
         received = Received(msg, time.monotonic(), source_time)
         with self._arrived:

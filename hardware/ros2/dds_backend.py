@@ -163,18 +163,23 @@ class DdsSubscription(Subscription[M]):
         super().__init__(topic, msg_type, qos, callback)
         self._reader = reader
         self.condition = ReadCondition(reader, SampleState.Any | ViewState.Any | InstanceState.Any)
+        self._draining = threading.Lock()  # the receive thread and poll() callers take in turn, in order
 
     def publisher_count(self) -> int:
         return self._reader.get_subscription_matched_status().current_count
 
     def drain(self) -> None:
-        """Take everything the reader holds into the queue (called by the receive thread only)."""
-        while samples := self._reader.take(N=_TAKE_BATCH):
-            for sample in samples:
-                if isinstance(sample, self.msg_type):  # not a lifecycle note (writer gone, disposed)
-                    self._deliver(sample, sample.sample_info.source_timestamp / 1e9)
-            if len(samples) < _TAKE_BATCH:
-                return
+        """Take everything the reader holds into the queue (the receive thread, and `poll`)."""
+        with self._draining:
+            while samples := self._reader.take(N=_TAKE_BATCH):
+                for sample in samples:
+                    if isinstance(sample, self.msg_type):  # not a lifecycle note (writer gone, disposed)
+                        self._deliver(sample, sample.sample_info.source_timestamp / 1e9)
+                if len(samples) < _TAKE_BATCH:
+                    return
+
+    def poll(self) -> None:
+        self.drain()
 
 
 class _ReceiveThread(threading.Thread):
