@@ -37,7 +37,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from robotrl.config import register_configs
+from robotrl.config import apply_backend, register_configs
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
@@ -77,6 +77,7 @@ class ActorConfig:
     actor_id: str = "actor0"  # one per actor process feeding the same learner
     num_envs: int = 1
     seed: int = 1
+    backend: str | None = None  # mujoco | genesis: the simulator, over task.backend (as robotrl-train)
     device: str = "cpu"  # where the policy runs
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     batch_steps: int = 50  # env steps per pushed batch (each of num_envs transitions)
@@ -367,6 +368,7 @@ def to_actor_config(cfg: DictConfig) -> ActorConfig:
     task_name = cfg.task.name
     if task_name not in TASK_CONFIGS:
         raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
+    apply_backend(cfg)
     hardware = None
     if cfg.get("hardware") is not None:
         from robotrl.hardware.robot_env import RobotEnvConfig

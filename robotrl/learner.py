@@ -38,7 +38,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS, make_agent
-from robotrl.config import register_configs
+from robotrl.config import apply_backend, register_configs
 from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.config import HILConfig
 from robotrl.runtime.checkpoint import LATEST, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -83,6 +83,7 @@ class LearnerConfig:
     server: ServeConfig = field(default_factory=ServeConfig)
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    backend: str | None = None  # mujoco | genesis: the simulator, over task.backend (as robotrl-train)
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     replay_capacity: int = 1_000_000  # transitions per actor stream
     max_actors: int = 8  # distinct actor ids this learner takes (each gets a replay stream)
@@ -369,6 +370,7 @@ def to_learner_config(cfg: DictConfig) -> LearnerConfig:
         raise ValueError(f"unknown agent {agent_name!r}; available agents: {', '.join(sorted(AGENT_CONFIGS))}")
     if task_name not in TASK_CONFIGS:
         raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
+    apply_backend(cfg)
     schema = OmegaConf.structured(LearnerConfig(agent=AGENT_CONFIGS[agent_name](), task=TASK_CONFIGS[task_name]()))
     obj = OmegaConf.to_object(OmegaConf.merge(schema, cfg))
     obj.validate()

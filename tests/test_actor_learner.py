@@ -84,6 +84,13 @@ def test_learner_and_actor_configs_are_structured():
             to_actor_config(compose("actor", ["hil.operator=telepathy"]))
         with pytest.raises(ValueError, match=r"hil\.offline_ratio"):
             to_learner_config(compose("learner", ["hil.offline_ratio=2"]))
+        on_genesis = to_actor_config(compose("actor", ["task=panda_push", "backend=genesis"]))
+        learner_on_genesis = to_learner_config(compose("learner", ["task=panda_push", "backend=genesis"]))
+        with pytest.raises(ValueError, match=r"backend=genesis: task=gym has no simulator backend"):
+            to_actor_config(compose("actor", ["task=gym", "backend=genesis"]))
+        with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
+            to_learner_config(compose("learner", ["backend=bullet"]))
+    assert on_genesis.task.backend == learner_on_genesis.task.backend == "genesis"
     assert learner_cfg.server.host == "127.0.0.1" and learner_cfg.server.port == 6000 and learner_cfg.weights_every == 5
     assert learner_cfg.agent.name == "sac" and actor_cfg.learner.address == "gpu-box:6000"
     assert hil_actor.hil.operator == "spacemouse" and hil_learner.hil.demos == ["d1", "d2"]
