@@ -347,7 +347,7 @@ class RobotEnv(gym.Env):
             if delay > 0:
                 time.sleep(delay)
             try:
-                self._control_step(time.monotonic())
+                self._control_step()
             except Exception:  # a bug here must not leave the robot without a shield: stop commanding
                 log.exception("robot env: control step failed; no more commands are sent")
                 self.stats["control_error"] += 1
@@ -358,9 +358,9 @@ class RobotEnv(gym.Env):
                 self.stats["missed_periods"] += due - tick
                 tick = due
 
-    def _control_step(self, now: float) -> None:
+    def _control_step(self) -> None:
         self._joint_states.poll()  # a state that has arrived counts as fresh even if the receive thread lags
-        now = max(now, time.monotonic())  # after the poll: no state may look younger than zero
+        now = time.monotonic()  # after the poll: no state may look younger than zero
         with self._lock:
             state = self._state()
             if not self._started or state is None:

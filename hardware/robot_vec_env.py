@@ -58,9 +58,12 @@ class RobotRewardConfig:
         for key, box in self.goal_range.items():
             if key not in env.goal:
                 raise ValueError(f"goal_range.{key}: the robot env has no goal {key!r} (goals: {sorted(env.goal)})")
+            bad = ValueError(f"goal_range.{key} must be [[low...], [high...]] with low <= high, got {box}")
+            if len(box) != 2:
+                raise bad
             low, high = np.asarray(box[0], np.float32), np.asarray(box[1], np.float32)
-            if len(box) != 2 or low.shape != env.goal[key].shape or high.shape != low.shape or not (low <= high).all():
-                raise ValueError(f"goal_range.{key} must be [[low...], [high...]] with low <= high, got {box}")
+            if low.shape != env.goal[key].shape or high.shape != low.shape or not (low <= high).all():
+                raise bad
 
 
 class RobotVecEnv:
@@ -138,6 +141,10 @@ class ActorRobotConfig:
     def validate(self) -> None:
         if self.reward not in ("auto", *REWARDS):
             raise ValueError(f"robot.reward must be one of auto, {', '.join(REWARDS)}, got {self.reward!r}")
+        for key, box in self.goal_range.items():
+            corners = [np.asarray(corner, np.float64) for corner in box]
+            if len(corners) != 2 or corners[0].shape != corners[1].shape or not (corners[0] <= corners[1]).all():
+                raise ValueError(f"robot.goal_range.{key} must be [[low...], [high...]] with low <= high, got {box}")
 
 
 def task_goal_ranges(task_name: str) -> dict[str, list[list[float]]]:

@@ -143,10 +143,10 @@ def test_an_actor_on_the_twin_streams_scored_transitions_to_a_learner_and_takes_
 
 
 def test_robot_goal_ranges_are_checked_against_the_goals_the_robot_env_has():
-    with TwinThread(195):
-        bad = ActorRobotConfig(goal_range={"target": [[0.6, 0.0, 0.3], [0.4, 0.0, 0.3]]})
+    # no twin: the checks run when the env is built, before it waits for a joint state
+    for box in ([[0.6, 0.0, 0.3], [0.4, 0.0, 0.3]], [[0.4, 0.0, 0.3]]):  # low > high; no high corner at all
         with pytest.raises(ValueError, match=r"goal_range\.target must be \[\[low\.\.\.\], \[high\.\.\.\]\]"):
-            make_robot_vec_env(REACH, SMALL_SAC, hardware(195), bad, classifier=False)
-        unknown = ActorRobotConfig(goal_range={"hole": [[0.4, 0.0, 0.1], [0.5, 0.0, 0.1]]})
-        with pytest.raises(ValueError, match=r"robot\.goal_range\.hole: task 'panda_reach' observes no 'hole'"):
-            make_robot_vec_env(REACH, SMALL_SAC, hardware(195), unknown, classifier=False)
+            make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(goal_range={"target": box}), False)
+    unknown = ActorRobotConfig(goal_range={"hole": [[0.4, 0.0, 0.1], [0.5, 0.0, 0.1]]})
+    with pytest.raises(ValueError, match=r"robot\.goal_range\.hole: task 'panda_reach' observes no 'hole'"):
+        make_robot_vec_env(REACH, SMALL_SAC, hardware(195), unknown, classifier=False)
