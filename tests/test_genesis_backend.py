@@ -182,3 +182,12 @@ def test_transfer_evaluation_mujoco_policy_on_genesis_and_back(genesis, tmp_path
     assert back["backend"] == "mujoco" and 0.0 <= back["success"] <= 1.0
     with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
         run_eval(EvalConfig(run=str(genesis_run), episodes=1, video=False, backend="bullet"), out)
+
+
+def test_chunk_critic_trains_on_batched_genesis_envs(genesis, tmp_path):
+    """The chunk critic on 4 Genesis envs, temporally ensembled (the execution with the most per-env state):
+    chunks per env on the actor's clock, h-step sequences sampled per env, updates per env step as SAC's,
+    and the deterministic chunk evaluation at the end. (Open-loop execution per env: tests/test_chunk.py.)"""
+    summary = _tiny_run(tmp_path / "run", "agent=chunk", "agent.execution=ensemble", "backend=genesis", "num_envs=4")
+    assert summary["env_steps"] == 200 and summary["updates"] == 100
+    assert summary["eval/length"] > 0 and 0.0 <= summary["eval/success"] <= 1.0
