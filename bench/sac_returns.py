@@ -31,7 +31,7 @@ from common import emit, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 
-# robotrl's settings for gym locomotion (README, "Locomotion"). Its defaults are set for the arm tasks'
+# robotrl's settings for gym locomotion (the README's SAC section). Its defaults are set for the arm tasks'
 # small dense rewards (an initial entropy coefficient of 0.1, 5000 random steps); locomotion rewards are
 # O(1) per step (Hopper's alive bonus alone is 1), where a start in scale with them explores past the
 # "stand still" optimum. Hopper-v5, 100k steps, seeds 1/2: defaults 242/367, init_alpha=1.0 alone 586/526,
