@@ -49,6 +49,7 @@ def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], wor
         f"task.env_id={env_id}",
         f"seed={seed}",
         f"total_steps={steps}",
+        f"learning_starts={min(5_000, steps // 10)}",  # an override may replace it: Hydra takes the last value
         "eval_interval=1000000000",
         "eval_episodes=10",
         "checkpoint_interval=1000000000",
@@ -57,11 +58,6 @@ def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], wor
         "video=false",
         "progress=false",
         *overrides,
-        *(
-            []
-            if any(o.startswith("learning_starts=") for o in overrides)
-            else [f"learning_starts={min(5_000, steps // 10)}"]
-        ),
         f"hydra.run.dir={run_dir}",
     ]
     _run(cmd, run_dir.with_suffix(".log"))
