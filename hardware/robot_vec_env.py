@@ -32,6 +32,20 @@ if TYPE_CHECKING:  # the robot env imports MuJoCo (forward kinematics); the conf
 REWARDS = ("goal_distance", "classifier")
 
 
+def goal_box(name: str, box) -> tuple[np.ndarray, np.ndarray]:
+    """The (low, high) corners of a goal box given as [[low...], [high...]], or ValueError naming `name`."""
+    bad = ValueError(f"{name} must be [[low...], [high...]] with low <= high, got {box}")
+    if len(box) != 2:
+        raise bad
+    try:
+        low, high = np.asarray(box[0], np.float32), np.asarray(box[1], np.float32)
+    except (TypeError, ValueError):
+        raise bad from None
+    if low.shape != high.shape or not (low <= high).all():  # NaN corners fail `<=` too
+        raise bad
+    return low, high
+
+
 @dataclass
 class RobotRewardConfig:
     """How a robot episode is scored; the actor fills it from the task (`reward_for_task`)."""
@@ -58,12 +72,11 @@ class RobotRewardConfig:
         for key, box in self.goal_range.items():
             if key not in env.goal:
                 raise ValueError(f"goal_range.{key}: the robot env has no goal {key!r} (goals: {sorted(env.goal)})")
-            bad = ValueError(f"goal_range.{key} must be [[low...], [high...]] with low <= high, got {box}")
-            if len(box) != 2:
-                raise bad
-            low, high = np.asarray(box[0], np.float32), np.asarray(box[1], np.float32)
-            if low.shape != env.goal[key].shape or high.shape != low.shape or not (low <= high).all():
-                raise bad
+            low, _ = goal_box(f"goal_range.{key}", box)
+            if low.shape != env.goal[key].shape:
+                raise ValueError(
+                    f"goal_range.{key} has corners of shape {low.shape}, the goal {key!r} {env.goal[key].shape}"
+                )
 
 
 class RobotVecEnv:
@@ -142,9 +155,7 @@ class ActorRobotConfig:
         if self.reward not in ("auto", *REWARDS):
             raise ValueError(f"robot.reward must be one of auto, {', '.join(REWARDS)}, got {self.reward!r}")
         for key, box in self.goal_range.items():
-            corners = [np.asarray(corner, np.float64) for corner in box]
-            if len(corners) != 2 or corners[0].shape != corners[1].shape or not (corners[0] <= corners[1]).all():
-                raise ValueError(f"robot.goal_range.{key} must be [[low...], [high...]] with low <= high, got {box}")
+            goal_box(f"robot.goal_range.{key}", box)
 
 
 def task_goal_ranges(task_name: str) -> dict[str, list[list[float]]]:
@@ -193,6 +204,11 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
             part = "goal_range" if key in given else "goal"
             raise ValueError(
                 f"robot.{part}.{key}: task {task_cfg.name!r} observes no {key!r} (it observes {sorted(obs_spec)})"
+            )
+        if key in given and (len(given[key][0]),) != tuple(obs_spec[key].shape):
+            raise ValueError(
+                f"robot.goal_range.{key} has corners of {len(given[key][0])} values, the task observes {key!r} "
+                f"as {tuple(obs_spec[key].shape)}"
             )
     for key, (low, high) in goal_range.items():  # a placeholder until reset() draws the first one
         goal.setdefault(key, [(a + b) / 2 for a, b in zip(low, high, strict=True)])

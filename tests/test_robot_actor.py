@@ -144,9 +144,21 @@ def test_an_actor_on_the_twin_streams_scored_transitions_to_a_learner_and_takes_
 
 def test_robot_goal_ranges_are_checked_against_the_goals_the_robot_env_has():
     # no twin: the checks run when the env is built, before it waits for a joint state
-    for box in ([[0.6, 0.0, 0.3], [0.4, 0.0, 0.3]], [[0.4, 0.0, 0.3]]):  # low > high; no high corner at all
+    # low > high; no high corner at all; a corner that is not numbers; a NaN corner
+    bad_boxes = (
+        [[0.6, 0.0, 0.3], [0.4, 0.0, 0.3]],
+        [[0.4, 0.0, 0.3]],
+        [["a", 0.0, 0.3], [0.5, 0.0, 0.3]],
+        [[float("nan"), 0.0, 0.3], [0.5, 0.0, 0.3]],
+    )
+    for box in bad_boxes:
         with pytest.raises(ValueError, match=r"goal_range\.target must be \[\[low\.\.\.\], \[high\.\.\.\]\]"):
             make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(goal_range={"target": box}), False)
+    flat = ActorRobotConfig(goal_range={"target": [[0.4, 0.0], [0.5, 0.0]]})  # two values for an xyz goal
+    with pytest.raises(
+        ValueError, match=r"robot\.goal_range\.target has corners of 2 values, the task observes 'target' as \(3,\)"
+    ):
+        make_robot_vec_env(REACH, SMALL_SAC, hardware(195), flat, classifier=False)
     unknown = ActorRobotConfig(goal_range={"hole": [[0.4, 0.0, 0.1], [0.5, 0.0, 0.1]]})
     with pytest.raises(ValueError, match=r"robot\.goal_range\.hole: task 'panda_reach' observes no 'hole'"):
         make_robot_vec_env(REACH, SMALL_SAC, hardware(195), unknown, classifier=False)
