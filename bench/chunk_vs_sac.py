@@ -1,63 +1,96 @@
 """Sample efficiency of the action-chunk critic against SAC, both robotrl agents run by this script with
 the same settings apart from the agent.
 
-Each agent trains for `--steps` env steps per seed; every `--eval-interval` steps a deterministic
-evaluation (`--eval-episodes` episodes) measures the success rate. Per task, the success curves are
-averaged over seeds and `steps_to_success` is the first evaluation step where the mean reaches
-`--threshold` (80%). `<task>.steps_ratio` = chunk's steps / SAC's (goal: at most 0.5), and the headline
-`steps_ratio` is the largest over the tasks. An agent that never reaches the threshold has
-`steps_to_success` null; then `steps_ratio` is null if the chunk critic missed it, and an upper bound
-(SAC's steps taken as `--steps`, flagged `sac_censored`) if only SAC did.
+    python bench/chunk_vs_sac.py [--quick] [--tasks panda_pick_cube,panda_push] [--seeds 3] [--steps N]
+                                 [--demos 10] [--jobs 2] [--save]
 
-Full run: panda_pick_cube and panda_push, 3 seeds, 100k steps each (hours on 2 CPU cores).
---quick: panda_reach, 1 seed, 2k steps and small networks, to check that everything runs (about a minute);
-at that size the threshold is usually not reached.
+Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
+side. Every `--eval-interval` env steps a deterministic evaluation (`--eval-episodes` episodes) measures
+the success rate. Per task, the success curves are averaged over seeds and `steps_to_success` is the first
+evaluation step where the mean reaches `--threshold` (80%). `<task>.steps_ratio` = chunk's steps / SAC's
+(goal: at most 0.5), and the headline `steps_ratio` is the largest over the tasks. An agent that never
+reaches the threshold has `steps_to_success` null; then `steps_ratio` is null if the chunk critic missed
+it, and an upper bound (SAC's steps taken as `--steps`, flagged `sac_censored`) if only SAC did.
+
+Two settings (`setting` in the JSON line):
+- `demos` (`--demos N`, default 10): the offline-to-online setting of Q-chunking (Li et al. 2025) and of
+  bench/hil_pick.py, without an operator: sparse reward, episodes end at the first success, N scripted
+  demonstrations recorded once per task and seed and given to both agents (50/50 offline/online batches,
+  a BC term of weight 10, layer-normed critics, two updates per env step). SAC backs up over
+  `--sac-n-step` steps (3: its best on pick in hil_pick); the chunk critic over its chunk.
+- `scratch` (`--demos 0`): dense reward and the agents' defaults. On these tasks neither agent reaches
+  80% within 30k steps (session 5); the full comparison needs 100k+ steps and hours on 2 CPU cores.
+--quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
+(about a minute); at that size the threshold is usually not reached.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args
+from common import emit, parse_args, record_scripted_demos
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK_SIZE = ["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"]
+WITH_DEMOS = [
+    "task.reward=sparse",
+    "task.terminate_on_success=true",
+    "hil.operator=none",
+    "agent.critic_layer_norm=true",
+    "agent.utd_ratio=2",
+    "agent.bc_weight=10.0",
+]
 
 
-def success_curve(agent: str, task: str, seed: int, args, quick: bool) -> tuple[dict[int, float], float]:
-    """{eval step: success rate} of one training run, and its wall time in seconds."""
-    from robotrl.tasks import TASK_CONFIGS
+def agent_overrides(agent: str, args) -> list[str]:
+    if agent == "chunk":
+        return ["agent=chunk", f"agent.chunk_len={args.chunk_len}", f"agent.execution={args.execution}"]
+    return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else [])]
 
-    from robotrl.agents import ChunkConfig, SACConfig
-    from robotrl.config import TrainConfig
-    from robotrl.runtime.loop import train
+
+def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tuple[dict[int, float], float]:
+    """{eval step: success rate} of one training run (its own process), and its wall time in seconds."""
     from robotrl.runtime.metrics import read_metrics
 
-    size = {"actor_hidden": [64, 64], "critic_hidden": [64, 64], "batch_size": 64} if quick else {}
-    if agent == "chunk":
-        agent_cfg = ChunkConfig(chunk_len=args.chunk_len, execution=args.execution, **size)
-    else:
-        agent_cfg = SACConfig(**size)
-    cfg = TrainConfig(
-        agent=agent_cfg,
-        task=TASK_CONFIGS[task](name=task),
-        seed=seed,
-        total_steps=args.steps,
-        learning_starts=args.learning_starts,
-        eval_interval=args.eval_interval,
-        eval_episodes=args.eval_episodes,
-        log_interval=args.eval_interval,
-        checkpoint_interval=10**9,
-        checkpoint_replay=False,
-        video=False,
-        progress=False,
-        threads=args.threads,
-    )
+    run_dir = workdir / f"{task}_{agent}_s{seed}"
+    setting = [*WITH_DEMOS, f"hil.demos=[{workdir / f'demos_{task}_s{seed}'}]"] if args.demos else []
+    cmd = [
+        sys.executable,
+        "-m",
+        "robotrl.train",
+        f"task={task}",
+        *agent_overrides(agent, args),
+        *setting,
+        *(QUICK_SIZE if args.quick else []),
+        f"seed={seed}",
+        f"total_steps={args.steps}",
+        f"learning_starts={args.learning_starts}",
+        f"eval_interval={args.eval_interval}",
+        f"eval_episodes={args.eval_episodes}",
+        f"log_interval={args.eval_interval}",
+        "checkpoint_interval=1000000000",
+        "checkpoint_replay=false",
+        "video=false",
+        "progress=false",
+        "threads=1",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+    log = run_dir.with_suffix(".log")
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        train(cfg, Path(tmp))
-        series = read_metrics(Path(tmp) / "metrics.csv")["eval/success"]
+    with log.open("w") as out:
+        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-20:])
+        raise RuntimeError(f"{agent} on {task}, seed {seed} failed ({done.returncode}); log {log}:\n{tail}")
+    series = read_metrics(run_dir / "metrics.csv")["eval/success"]
     return dict(series), time.perf_counter() - start
 
 
@@ -73,44 +106,71 @@ def main() -> None:
     def extra(p):
         p.add_argument("--tasks", default="panda_pick_cube,panda_push")
         p.add_argument("--seeds", type=int, default=3)
-        p.add_argument("--steps", type=int, default=100_000)
-        p.add_argument("--learning-starts", type=int, default=5_000)
-        p.add_argument("--eval-interval", type=int, default=5_000)
+        p.add_argument("--steps", type=int, default=None, help="env steps per run (30k with demos, else 100k)")
+        p.add_argument("--demos", type=int, default=10, help="scripted demonstrations per run; 0: from scratch")
+        p.add_argument("--sac-n-step", type=int, default=3, help="SAC's backup length in the demos setting")
+        p.add_argument("--learning-starts", type=int, default=None, help="1000 with demos, else 5000")
+        p.add_argument("--eval-interval", type=int, default=None, help="1000 with demos, else 5000")
         p.add_argument("--eval-episodes", type=int, default=10)
         p.add_argument("--threshold", type=float, default=0.8)
         p.add_argument("--chunk-len", type=int, default=4)
         p.add_argument("--execution", default="open_loop")
+        p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
 
     args = parse_args(__doc__, extra)
-    tasks, seeds = args.tasks.split(","), args.seeds
+    if args.demos < 0 or args.jobs < 1 or args.seeds < 1:
+        raise SystemExit(f"need --demos >= 0, --jobs >= 1, --seeds >= 1; got {args.demos}, {args.jobs}, {args.seeds}")
+    tasks, seeds = args.tasks.split(","), range(1, args.seeds + 1)
+    with_demos = args.demos > 0
+    args.steps = args.steps or (30_000 if with_demos else 100_000)
+    args.learning_starts = args.learning_starts or (1_000 if with_demos else 5_000)
+    args.eval_interval = args.eval_interval or (1_000 if with_demos else 5_000)
     if args.quick:
-        tasks, seeds = ["panda_reach"], 1
+        tasks, seeds, args.demos = ["panda_reach"], range(1, 2), 0
         args.steps, args.learning_starts, args.eval_interval, args.eval_episodes = 2_000, 300, 500, 3
     figures: dict = {
+        "setting": "demos" if args.demos else "scratch",
+        "demos": args.demos,
         "steps": args.steps,
-        "seeds": seeds,
+        "seeds": len(seeds),
         "threshold": args.threshold,
         "chunk_len": args.chunk_len,
         "execution": args.execution,
+        **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
     ratios = []
-    for task in tasks:
-        result: dict = {}
-        for agent in ("sac", "chunk"):
-            runs = [success_curve(agent, task, seed, args, args.quick) for seed in range(1, seeds + 1)]
-            curves = [curve for curve, _ in runs]
-            final = [curve[max(curve)] for curve in curves]
-            result[agent] = {
-                "steps_to_success": steps_to_success(curves, args.threshold),
-                "final_success": [round(s, 2) for s in final],
-                "minutes": round(sum(seconds for _, seconds in runs) / 60, 2),
-            }
-        chunk_steps, sac_steps = result["chunk"]["steps_to_success"], result["sac"]["steps_to_success"]
-        result["sac_censored"] = sac_steps is None
-        ratio = None if chunk_steps is None else chunk_steps / (sac_steps or args.steps)
-        result["steps_ratio"] = None if ratio is None else round(ratio, 3)
-        ratios.append(ratio)
-        figures[task] = result
+    with tempfile.TemporaryDirectory(prefix="chunk_vs_sac_") as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        workdir = Path(tmp)
+        if args.demos:
+            for task in tasks:
+                for seed in seeds:
+                    record_scripted_demos(task, workdir / f"demos_{task}_s{seed}", args.demos, seed, reward="sparse")
+        runs = {
+            (task, agent, seed): pool.submit(success_curve, agent, task, seed, args, workdir)
+            for task in tasks
+            for agent in ("sac", "chunk")
+            for seed in seeds
+        }
+        for task in tasks:
+            result: dict = {}
+            for agent in ("sac", "chunk"):
+                done = [runs[task, agent, seed].result() for seed in seeds]
+                curves = [curve for curve, _ in done]
+                result[agent] = {
+                    "steps_to_success": steps_to_success(curves, args.threshold),
+                    "final_success": [round(curve[max(curve)], 2) for curve in curves],
+                    "curve": [
+                        (step, round(sum(c[step] for c in curves) / len(curves), 2))
+                        for step in sorted(set.intersection(*(set(c) for c in curves)))
+                    ],
+                    "minutes": round(sum(seconds for _, seconds in done) / 60, 2),
+                }
+            chunk_steps, sac_steps = result["chunk"]["steps_to_success"], result["sac"]["steps_to_success"]
+            result["sac_censored"] = sac_steps is None
+            ratio = None if chunk_steps is None else chunk_steps / (sac_steps or args.steps)
+            result["steps_ratio"] = None if ratio is None else round(ratio, 3)
+            ratios.append(ratio)
+            figures[task] = result
     figures["steps_ratio"] = None if None in ratios else round(max(ratios), 3)
     emit("chunk_vs_sac", figures, args.save)
 

@@ -45,6 +45,19 @@ def emit(name: str, figures: dict, save: bool) -> None:
     print(line, flush=True)
 
 
+def record_scripted_demos(task: str, out: Path, episodes: int, seed: int, reward: str = "dense") -> None:
+    """`episodes` successful demonstrations of `task` by its scripted expert into the dataset `out`, as
+    `robotrl-record teleop=scripted keep=success` writes them."""
+    from robotrl.tasks import TASK_CONFIGS
+
+    from robotrl.record import RecordConfig, record
+
+    task_cfg = TASK_CONFIGS[task](name=task, reward=reward)
+    summary = record(RecordConfig(task=task_cfg, teleop="scripted", episodes=episodes, seed=seed, keep="success"), out)
+    if summary["episodes"] != episodes:
+        raise RuntimeError(f"recorded {summary['episodes']} of {episodes} demonstrations of {task}: {summary}")
+
+
 def train_sac(run_dir: Path, *overrides: str) -> None:
     """Train the default job (SAC on the default task) in this process into `run_dir`, with Hydra `overrides`,
     as `robotrl-train` does (its config.yaml saved, so `robotrl-eval run=<run_dir>` reads it); no video, no

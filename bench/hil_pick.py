@@ -21,16 +21,14 @@ success with cycle_ratio_vs_bc >= 1.5; interventions fall over training.
 
 from __future__ import annotations
 
-import csv
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
-from common import emit, parse_args
+from common import emit, parse_args, record_scripted_demos
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = ["task=panda_pick_cube", "task.reward=sparse", "task.terminate_on_success=true"]
@@ -68,29 +66,10 @@ def extra_args(parser) -> None:
     parser.add_argument("--hil-override", action="append", default=[], help="extra override of the HIL run")
 
 
-def record_demos(out: Path, episodes: int, seed: int) -> None:
-    from robotrl.tasks import TASK_CONFIGS
-
-    from robotrl.record import RecordConfig, record
-
-    task = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", reward="sparse")
-    summary = record(RecordConfig(task=task, teleop="scripted", episodes=episodes, seed=seed, keep="success"), out)
-    if summary["episodes"] != episodes:
-        raise RuntimeError(f"recorded {summary['episodes']} of {episodes} demonstrations: {summary}")
-
-
 def start_run(run_dir: Path, overrides: list[str], log: Path) -> subprocess.Popen:
     env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
     cmd = [sys.executable, "-m", "robotrl.train", *TASK, *LEARNER, *overrides, f"hydra.run.dir={run_dir}"]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    with (run_dir / "metrics.csv").open() as f:
-        for row in csv.DictReader(f):
-            series[row["key"]].append((int(row["step"]), float(row["value"])))
-    return series
 
 
 def first_reaching(series, threshold: float) -> tuple[int | None, float | None]:
@@ -153,6 +132,8 @@ def behaviour_cloning(demos: Path, updates: int, seed: int):
 
 
 def main() -> None:
+    from robotrl.runtime.metrics import read_metrics
+
     args = parse_args("HIL (demos + operator) vs RL alone vs BC on panda_pick_cube", extra_args)
     steps = args.steps or (3_000 if args.quick else 30_000)
     eval_interval = args.eval_interval or (1_500 if args.quick else 2_000)
@@ -173,7 +154,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hil_pick_") as tmp:
         root = Path(tmp)
         demos = root / "demos"
-        record_demos(demos, args.demos, args.seed)
+        record_scripted_demos("panda_pick_cube", demos, args.demos, args.seed, reward="sparse")
         hil_dir, plain_dir = root / "hil", root / "no_hil"
         runs = [
             start_run(
@@ -187,7 +168,7 @@ def main() -> None:
         for proc, name in zip(runs, ("hil", "no_hil"), strict=True):
             if proc.wait() != 0:
                 raise RuntimeError(f"the {name} run failed:\n{(root / f'{name}.log').read_text()[-3000:]}")
-        hil_metrics, plain_metrics = read_metrics(hil_dir), read_metrics(plain_dir)
+        hil_metrics, plain_metrics = read_metrics(hil_dir / "metrics.csv"), read_metrics(plain_dir / "metrics.csv")
 
         seed = 777_000 + args.seed  # the same episodes for the three policies
         ours = final_eval(*load_policy(hil_dir), eval_episodes, seed)
