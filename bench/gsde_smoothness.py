@@ -1,7 +1,9 @@
 """SAC exploring with gSDE against SAC with Gaussian noise, at equal env steps, both run by this script.
 
 For each env and seed SAC trains twice, agent.exploration=gaussian and agent.exploration=gsde
-(agent.sde_sample_freq=8), everything else equal. Figures per env and exploration (means over seeds):
+(agent.sde_sample_freq=8), everything else equal; HalfCheetah-v5 with the locomotion settings (LOCOMOTION in
+bench/common.py, as bench/sac_returns.py). Each run is its own process on one thread, `--jobs` side by side.
+Figures per env and exploration (means over seeds):
   action_sq_diff: mean squared difference between consecutive exploration actions during training
       (the policy's actions after warm-up, within episodes; robotrl/runtime/smoothness.py)
   action_high_freq_share: share of that action power above 0.25 cycles per control step
@@ -13,57 +15,52 @@ Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, and p
 judged on success, or on return where the Gaussian run has no success at all (short runs).
 Top level: smoothness_ratio is the largest over envs, perf_ratio the smallest.
 Goal: smoothness_ratio <= 0.33 with perf_ratio >= 0.95.
-Full run: panda_reach 20k env steps, HalfCheetah-v5 100k, 2 seeds (about an hour on 2 cores).
+Full run: panda_reach 20k env steps, HalfCheetah-v5 100k, 2 seeds (about an hour on 2 cores with --jobs 2).
 --quick: 1.6k steps on each env, 1 seed, small networks: the same keys within about a minute.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args
+from common import LOCOMOTION, emit, parse_args, train_sac
 
 EXPLORATIONS = ("gaussian", "gsde")
 SMOOTHNESS_KEYS = ("action_sq_diff", "action_high_freq_share")
 
 
-def _task(env: str, quick: bool):
-    from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig
-
-    if env == "panda_reach":
-        return ArmTaskConfig(name="panda_reach")
-    return GymTaskConfig(env_id=env, max_episode_steps=200 if quick else None)
-
-
 def train_once(env: str, exploration: str, steps: int, seed: int, sample_freq: int, quick: bool) -> dict:
-    """One SAC run; its training-time action smoothness and final evaluation."""
-    from robotrl.agents import SACConfig
-    from robotrl.config import TrainConfig
-    from robotrl.runtime.loop import train
+    """One SAC run on one thread (its own process under --jobs); its training-time action smoothness and
+    final evaluation."""
     from robotrl.runtime.metrics import read_metrics
 
-    small = {"actor_hidden": [64, 64], "critic_hidden": [64, 64], "batch_size": 64} if quick else {}
-    learning_starts = 500 if quick else min(5_000, steps // 10)
-    cfg = TrainConfig(
-        agent=SACConfig(exploration=exploration, sde_sample_freq=sample_freq, **small),
-        task=_task(env, quick),
-        seed=seed,
-        total_steps=steps,
-        learning_starts=learning_starts,
-        log_interval=200 if quick else 1_000,
-        eval_interval=10**9,
-        eval_episodes=2 if quick else 10,
-        checkpoint_interval=10**9,
-        checkpoint_replay=False,
-        video=False,
-        progress=False,
-    )
+    if env == "panda_reach":
+        task = ["task=panda_reach", f"learning_starts={500 if quick else min(5_000, steps // 10)}"]
+    elif quick:
+        task = ["task=gym", f"task.env_id={env}", "task.max_episode_steps=200", "learning_starts=500"]
+    else:
+        task = ["task=gym", f"task.env_id={env}", *LOCOMOTION]
+    overrides = [
+        *task,
+        f"agent.exploration={exploration}",
+        f"agent.sde_sample_freq={sample_freq}",
+        *(["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"] if quick else []),
+        f"seed={seed}",
+        f"total_steps={steps}",
+        f"log_interval={200 if quick else 1_000}",
+        "eval_interval=1000000000",
+        f"eval_episodes={2 if quick else 10}",
+        "checkpoint_replay=false",
+        "threads=1",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
-        summary = train(cfg, Path(tmp))
+        summary = train_sac(Path(tmp), *overrides)
         series = read_metrics(Path(tmp) / "metrics.csv")
     out = {
         "return": summary["eval/return"],
@@ -88,8 +85,8 @@ def perf_ratio(gsde: float, gaussian: float) -> float:
     return 1.0 + (gsde - gaussian) / abs(gaussian)
 
 
-def compare(env: str, steps: int, seeds: int, sample_freq: int, quick: bool) -> dict:
-    runs = {e: [train_once(env, e, steps, s, sample_freq, quick) for s in range(1, seeds + 1)] for e in EXPLORATIONS}
+def compare(env: str, runs: dict[str, list[dict]], steps: int) -> dict:
+    """Figures of one env from its runs {exploration: [one result per seed]}."""
     figures: dict = {"steps": steps}
     for exploration, results in runs.items():
         figures[exploration] = {
@@ -111,6 +108,7 @@ def main() -> None:
         p.add_argument("--envs", default="panda_reach,HalfCheetah-v5")
         p.add_argument("--steps", default="panda_reach=20000,HalfCheetah-v5=100000", help="env=steps,...")
         p.add_argument("--sde-sample-freq", type=int, default=8)
+        p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
 
     args = parse_args(__doc__, extra)
     envs = args.envs.split(",")
@@ -121,9 +119,20 @@ def main() -> None:
     missing = [env for env in envs if env not in steps]
     if missing:
         raise SystemExit(f"--steps names no step count for {', '.join(missing)}")
-    figures: dict = {"seeds": seeds, "sde_sample_freq": args.sde_sample_freq, "threads": args.threads}
-    for env in envs:
-        figures[env] = compare(env, steps[env], seeds, args.sde_sample_freq, args.quick)
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs must be >= 1, got {args.jobs}")
+    figures: dict = {"seeds": seeds, "sde_sample_freq": args.sde_sample_freq, "jobs": args.jobs}
+    # spawn: each run starts a fresh interpreter (no torch thread pool or MuJoCo context inherited by fork)
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        runs = {
+            (env, e, s): pool.submit(train_once, env, e, steps[env], s, args.sde_sample_freq, args.quick)
+            for env in envs
+            for e in EXPLORATIONS
+            for s in range(1, seeds + 1)
+        }
+        for env in envs:
+            results = {e: [runs[env, e, s].result() for s in range(1, seeds + 1)] for e in EXPLORATIONS}
+            figures[env] = compare(env, results, steps[env])
     figures["smoothness_ratio"] = max(figures[env]["smoothness_ratio"] for env in envs)
     figures["perf_ratio"] = min(figures[env]["perf_ratio"] for env in envs)
     emit("gsde_smoothness", figures, args.save)

@@ -13,7 +13,7 @@ positive-return tasks). Full run: 100k steps on HalfCheetah-v5 and Hopper-v5; --
 Pendulum-v1 (ratio is then computed on -return, since Pendulum returns are negative: higher is better).
 
 robotrl runs `robotrl-train task=gym` with its defaults plus `--robotrl-override`s; on these locomotion
-tasks those are LOCOMOTION below, recorded in the JSON line.
+tasks those are LOCOMOTION (bench/common.py), recorded in the JSON line.
 """
 
 from __future__ import annotations
@@ -27,16 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args
+from common import LOCOMOTION, emit, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
-
-# robotrl's settings for gym locomotion (the README's SAC section). Its defaults are set for the arm tasks'
-# small dense rewards (an initial entropy coefficient of 0.1, 5000 random steps); locomotion rewards are
-# O(1) per step (Hopper's alive bonus alone is 1), where a start in scale with them explores past the
-# "stand still" optimum. Hopper-v5, 100k steps, seeds 1/2: defaults 242/367, init_alpha=1.0 alone 586/526,
-# all three 1146/1092 (SB3 with its defaults: 1331/324).
-LOCOMOTION = ["learning_starts=100", "agent.init_alpha=1.0", "agent.log_std_min=-20"]
 
 
 def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], workdir: Path) -> float:
