@@ -26,8 +26,6 @@ Two settings (`setting` in the JSON line):
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,9 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args, record_scripted_demos
+from common import emit, parse_args, record_scripted_demos, run_logged
 
-REPO = Path(__file__).resolve().parents[1]
 QUICK_SIZE = ["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"]
 WITH_DEMOS = [
     "task.reward=sparse",
@@ -82,14 +79,8 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
         "threads=1",
         f"hydra.run.dir={run_dir}",
     ]
-    env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
-    log = run_dir.with_suffix(".log")
     start = time.perf_counter()
-    with log.open("w") as out:
-        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-20:])
-        raise RuntimeError(f"{agent} on {task}, seed {seed} failed ({done.returncode}); log {log}:\n{tail}")
+    run_logged(cmd, run_dir.with_suffix(".log"))
     series = read_metrics(run_dir / "metrics.csv")["eval/success"]
     return dict(series), time.perf_counter() - start
 

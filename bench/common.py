@@ -6,11 +6,13 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
 
 # robotrl's settings for gym locomotion (the README's SAC section). Its defaults are set for the arm tasks'
 # small dense rewards (an initial entropy coefficient of 0.1, 5000 random steps); locomotion rewards are
@@ -50,6 +52,17 @@ def emit(name: str, figures: dict, save: bool) -> None:
         with (RESULTS / f"{name}.jsonl").open("a") as f:
             f.write(line + "\n")
     print(line, flush=True)
+
+
+def run_logged(cmd: list[str], log: Path) -> None:
+    """Run `cmd` from the repository root on one thread (MUJOCO_GL=egl), its output into `log`; a failure
+    raises with the log's last lines."""
+    env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+    with log.open("w") as out:
+        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-20:])
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({done.returncode}); log {log}:\n{tail}")
 
 
 def record_scripted_demos(task: str, out: Path, episodes: int, seed: int, reward: str = "dense") -> None:

@@ -28,9 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit, parse_args, record_scripted_demos
+from common import REPO, emit, parse_args, record_scripted_demos
 
-REPO = Path(__file__).resolve().parents[1]
 TASK = ["task=panda_pick_cube", "task.reward=sparse", "task.terminate_on_success=true"]
 LEARNER = [
     "agent=sac",

@@ -19,17 +19,13 @@ tasks those are LOCOMOTION (bench/common.py), recorded in the JSON line.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import LOCOMOTION, emit, parse_args
-
-REPO = Path(__file__).resolve().parents[1]
+from common import LOCOMOTION, emit, parse_args, run_logged
 
 
 def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], workdir: Path) -> float:
@@ -53,23 +49,14 @@ def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], wor
         *overrides,
         f"hydra.run.dir={run_dir}",
     ]
-    _run(cmd, run_dir.with_suffix(".log"))
+    run_logged(cmd, run_dir.with_suffix(".log"))
     return json.loads((run_dir / "summary.json").read_text())["eval/return"]
 
 
 def sb3_return(env_id: str, steps: int, seed: int, workdir: Path) -> float:
     log = workdir / f"sb3_{env_id}_s{seed}.log"
-    _run([sys.executable, __file__, "--sb3-run", env_id, str(steps), str(seed)], log)
+    run_logged([sys.executable, __file__, "--sb3-run", env_id, str(steps), str(seed)], log)
     return json.loads(log.read_text().strip().splitlines()[-1])["return"]
-
-
-def _run(cmd: list[str], log: Path) -> None:
-    env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
-    with log.open("w") as out:
-        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-20:])
-        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({done.returncode}); log {log}:\n{tail}")
 
 
 def sb3_run(env_id: str, steps: int, seed: int) -> None:
