@@ -54,6 +54,21 @@ def emit(name: str, figures: dict, save: bool) -> None:
     print(line, flush=True)
 
 
+def in_subprocess(module: str, expr: str, threads: int) -> float:
+    """Evaluate `expr` (with bench/<module>.py imported as `b`) in a fresh Python process on `threads` torch
+    threads and return the number it prints: process-wide settings (the allocator, OpenMP pools) stay per
+    side, and neither side warms or pollutes the other's caches."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch; "
+        f"torch.set_num_threads({threads}); import {module} as b; print({expr})"
+    )
+    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{module}: {expr} failed ({out.returncode}):\n{out.stderr[-2000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def run_logged(cmd: list[str], log: Path) -> None:
     """Run `cmd` from the repository root on one thread (MUJOCO_GL=egl), its output into `log`; a failure
     raises with the log's last lines."""

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args
+from common import emit, in_subprocess, parse_args
 
 BATCH, SIZE, STACK, ACTION_DIM = 256, 84, 3, 3
 
@@ -182,22 +182,12 @@ def learn_run(max_steps: int, threads: int, device: str = "auto") -> dict:
     return {"frames_to_80": reached, "wall_clock_s": round(elapsed, 1) if reached else None, "best_success": best}
 
 
-def _in_subprocess(expr: str, threads: int) -> float:
-    """Evaluate `expr` (with this module as `b`) in a fresh process: allocator settings stay per side."""
-    code = (
-        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch; "
-        f"torch.set_num_threads({threads}); import drqv2_speed as b; print({expr})"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def cuda_figures(updates: int, threads: int, quick: bool) -> dict:
     import torch
 
-    ours = _in_subprocess(f"b.ours_updates_per_s({20 * updates}, 'cuda')", threads)
-    reference = _in_subprocess(f"b.reference_updates_per_s({20 * updates}, 'cuda')", threads)
-    ours_bf16 = _in_subprocess(f"b.ours_updates_per_s({20 * updates}, 'cuda', 'bf16')", threads)
+    ours = in_subprocess("drqv2_speed", f"b.ours_updates_per_s({20 * updates}, 'cuda')", threads)
+    reference = in_subprocess("drqv2_speed", f"b.reference_updates_per_s({20 * updates}, 'cuda')", threads)
+    ours_bf16 = in_subprocess("drqv2_speed", f"b.ours_updates_per_s({20 * updates}, 'cuda', 'bf16')", threads)
     figures = {
         "device": torch.cuda.get_device_name(),
         "updates_per_s": round(ours, 2),
@@ -225,9 +215,9 @@ def main() -> None:
             figures["learn"] = learn_run(60_000, args.threads, "cuda")
         emit("drqv2_speed", figures, args.save)
         return
-    ours = _in_subprocess(f"b.ours_updates_per_s({updates}, 'cpu')", args.threads)
-    reference = _in_subprocess(f"b.reference_updates_per_s({updates}, 'cpu')", args.threads)
-    ours_bf16 = _in_subprocess(f"b.ours_updates_per_s({updates}, 'cpu', 'bf16')", args.threads)
+    ours = in_subprocess("drqv2_speed", f"b.ours_updates_per_s({updates}, 'cpu')", args.threads)
+    reference = in_subprocess("drqv2_speed", f"b.reference_updates_per_s({updates}, 'cpu')", args.threads)
+    ours_bf16 = in_subprocess("drqv2_speed", f"b.ours_updates_per_s({updates}, 'cpu', 'bf16')", args.threads)
     figures.update(
         updates_per_s=round(ours, 3),
         reference_updates_per_s=round(reference, 3),

@@ -5,8 +5,17 @@ Figures:
       the observation/action sizes of each env; `ratio` is the smallest of the per-env ratios.
   loop_ratio: whole training loop (env step + one update per step) env steps/s, HalfCheetah-v5,
       robotrl's `train` over SB3's `learn()`.
+  sb3_updates_per_s_retained_alloc: SB3's HalfCheetah-sized update speed with robotrl's allocator setting
+      (robotrl/runtime/allocator.py) applied to its process: how much of the ratio is that setting.
 Goals on 2 CPU threads: ratio >= 4, loop_ratio >= 3.
   cuda: HalfCheetah-sized update speed on a GPU, ours and SB3's, when one is at hand.
+
+Every figure is measured in its own fresh process (bench/common.py `in_subprocess`), each library as it runs
+when it trains: robotrl's `train` keeps freed memory in the process on a CPU (glibc would unmap and
+page-fault a batch's activations in again every update), so our update figures apply that setting too;
+SB3's run with the default allocator, as SB3 trains. The bf16 line is robotrl's mixed precision
+(`agent.precision=bf16`: bf16 hidden-layer matmuls, float32 weights, heads and optimizer) against the same
+SB3 figures; SB3 has no such mode.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args
+from common import emit, in_subprocess, parse_args
 
 SIZES = {"Pendulum-v1": (3, 1), "HalfCheetah-v5": (17, 6)}
 
@@ -27,6 +36,10 @@ def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: s
 
     from robotrl.agents import SAC, SACConfig
     from robotrl.data import ReplayBuffer, TensorSpec
+    from robotrl.runtime.allocator import retain_freed_memory
+
+    if device == "cpu":  # as robotrl's train does
+        retain_freed_memory()
 
     spec = {"state": TensorSpec((obs_dim,))}
     agent = SAC(SACConfig(batch_size=256, precision=precision), spec, act_dim, device)
@@ -51,9 +64,14 @@ def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: s
     return updates / (time.perf_counter() - start)
 
 
-def sb3_updates_per_s(env_id: str, updates: int, device: str = "cpu") -> float:
+def sb3_updates_per_s(env_id: str, updates: int, device: str = "cpu", retain_alloc: bool = False) -> float:
     import gymnasium as gym
     from stable_baselines3 import SAC as SB3SAC
+
+    if retain_alloc:
+        from robotrl.runtime.allocator import retain_freed_memory
+
+        retain_freed_memory()
 
     model = SB3SAC("MlpPolicy", gym.make(env_id), batch_size=256, learning_starts=0, device=device, verbose=0)
     model.learn(1_000)
@@ -110,12 +128,15 @@ def sb3_loop_steps_per_s(env_id: str, warmup: int, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def measure(args, precision: str, updates: int, warmup: int, steps: int) -> dict:
+def measure(threads: int, precision: str, updates: int, warmup: int, steps: int) -> dict:
+    def run(expr: str) -> float:
+        return in_subprocess("sac_speed", expr, threads)
+
     figures: dict = {}
     ratios = []
     for env_id, (obs_dim, act_dim) in SIZES.items():
-        ours = robotrl_updates_per_s(obs_dim, act_dim, updates, precision)
-        theirs = sb3_updates_per_s(env_id, updates)
+        ours = run(f"b.robotrl_updates_per_s({obs_dim}, {act_dim}, {updates}, {precision!r})")
+        theirs = run(f"b.sb3_updates_per_s({env_id!r}, {updates})")
         figures[env_id] = {
             "robotrl_updates_per_s": round(ours, 1),
             "sb3_updates_per_s": round(theirs, 1),
@@ -126,8 +147,8 @@ def measure(args, precision: str, updates: int, warmup: int, steps: int) -> dict
     figures["robotrl_updates_per_s"] = figures[slowest]["robotrl_updates_per_s"]
     figures["sb3_updates_per_s"] = figures[slowest]["sb3_updates_per_s"]
     figures["ratio"] = round(min(ratios), 2)
-    ours = robotrl_loop_steps_per_s("HalfCheetah-v5", warmup, steps, precision)
-    theirs = sb3_loop_steps_per_s("HalfCheetah-v5", warmup, steps)
+    ours = run(f"b.robotrl_loop_steps_per_s('HalfCheetah-v5', {warmup}, {steps}, {precision!r})")
+    theirs = run(f"b.sb3_loop_steps_per_s('HalfCheetah-v5', {warmup}, {steps})")
     figures.update(
         robotrl_loop_steps_per_s=round(ours, 1),
         sb3_loop_steps_per_s=round(theirs, 1),
@@ -142,14 +163,22 @@ def main() -> None:
     warmup, steps = (150, 150) if args.quick else (2_000, 6_000)
     # Headline figures use the default precision (fp32); bf16 mixed precision is reported beside them.
     figures = {"threads": args.threads, "updates_timed": updates, "precision": "fp32"}
-    figures.update(measure(args, "fp32", updates, warmup, steps))
-    figures["bf16"] = measure(args, "bf16", updates, warmup, steps)
+    figures.update(measure(args.threads, "fp32", updates, warmup, steps))
+    figures["sb3_updates_per_s_retained_alloc"] = round(
+        in_subprocess(
+            "sac_speed", f"b.sb3_updates_per_s('HalfCheetah-v5', {updates}, retain_alloc=True)", args.threads
+        ),
+        1,
+    )
+    figures["bf16"] = measure(args.threads, "bf16", updates, warmup, steps)
     import torch
 
     if torch.cuda.is_available():  # update speed on the GPU, both sides there
         obs_dim, act_dim = SIZES["HalfCheetah-v5"]
-        ours = robotrl_updates_per_s(obs_dim, act_dim, updates, "fp32", "cuda")
-        theirs = sb3_updates_per_s("HalfCheetah-v5", updates, "cuda")
+        ours = in_subprocess(
+            "sac_speed", f"b.robotrl_updates_per_s({obs_dim}, {act_dim}, {updates}, 'fp32', 'cuda')", args.threads
+        )
+        theirs = in_subprocess("sac_speed", f"b.sb3_updates_per_s('HalfCheetah-v5', {updates}, 'cuda')", args.threads)
         figures["cuda"] = {
             "device": torch.cuda.get_device_name(),
             "robotrl_updates_per_s": round(ours, 1),

@@ -121,6 +121,7 @@ class Learner:
     """The agent, its per-actor storage, the service actors call, and the update loop (see the module doc)."""
 
     def __init__(self, cfg: LearnerConfig, run_dir: Path, token: str | None = None):
+        from robotrl.runtime.allocator import retain_freed_memory
         from robotrl.runtime.loop import make_training_env, resolve_device, seed_everything
 
         cfg.validate()
@@ -129,6 +130,8 @@ class Learner:
             torch.set_num_threads(cfg.threads)
         seed_everything(cfg.seed)
         self.device = resolve_device(cfg.device)
+        if self.device.type == "cpu":  # as the single-process loop: no page faults re-reading each batch
+            retain_freed_memory()
         run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = run_dir / "checkpoints"
         self.token = token if token is not None else load_token(cfg.server.token_file)

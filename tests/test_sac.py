@@ -6,6 +6,7 @@ import torch
 from robotrl.agents import SAC, SACConfig, make_agent
 from robotrl.data import Batch, TensorSpec
 from robotrl.nn import EnsembleMLP, TanhNormal
+from robotrl.nn.mlp import EnsembleLinear
 
 SPEC = {"state": TensorSpec((5,)), "goal": TensorSpec((3,))}
 
@@ -44,6 +45,29 @@ def test_ensemble_equals_independent_linear_stacks():
             if i < 2:
                 h = h.relu()
         torch.testing.assert_close(out[m], h)
+
+
+@pytest.mark.parametrize("shared_input", [True, False])
+@pytest.mark.parametrize("frozen", [False, True])
+def test_scalar_ensemble_head_has_the_gradients_of_a_batched_matmul(shared_input, frozen):
+    """The CPU's multiply-and-sum path for a one-output layer must match baddbmm in value and gradients."""
+    layer = EnsembleLinear(3, 8, 1)
+    x = torch.randn(10, 8) if shared_input else torch.randn(3, 10, 8)
+    x.requires_grad_(True)
+    out = layer(x, frozen=frozen)
+    expected_x = x.detach().clone().requires_grad_(True)
+    weight, bias = layer.weight.detach().clone().requires_grad_(), layer.bias.detach().clone().requires_grad_()
+    expected = torch.baddbmm(bias, expected_x.expand(3, 10, 8), weight)
+    torch.testing.assert_close(out, expected)
+    upstream = torch.randn(3, 10, 1)
+    (out * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    torch.testing.assert_close(x.grad, expected_x.grad)
+    if frozen:
+        assert layer.weight.grad is None and layer.bias.grad is None
+    else:
+        torch.testing.assert_close(layer.weight.grad, weight.grad)
+        torch.testing.assert_close(layer.bias.grad, bias.grad)
 
 
 def test_tanh_normal_log_prob_matches_torch_transformed_distribution():
