@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from robotrl.data import dataset as dataset_module
 from robotrl.data.dataset import DatasetError, Episode, EpisodeDataset, EpisodeRecorder
 from robotrl.data.spec import TensorSpec
+from robotrl.runtime import durable
 from robotrl.runtime.env import StepResult
 
 SPEC = {"state": TensorSpec((4,)), "pixels_front": TensorSpec((3, 8, 6), torch.uint8)}
@@ -161,7 +161,7 @@ def test_the_index_is_written_last_so_a_crash_mid_append_keeps_the_previous_data
             raise OSError("simulated crash")
         real_replace(src, dst)
 
-    monkeypatch.setattr(dataset_module.os, "replace", crash_on_index)
+    monkeypatch.setattr(durable.os, "replace", crash_on_index)
     with pytest.raises(OSError, match="simulated crash"):
         ds.append(make_episode(6, seed=6))
     assert replaced == ["episode_000003.safetensors", "dataset.json"]  # the episode file, then the index
@@ -170,10 +170,10 @@ def test_the_index_is_written_last_so_a_crash_mid_append_keeps_the_previous_data
     def crash_on_episode(src, dst):
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(dataset_module.os, "replace", crash_on_episode)
+    monkeypatch.setattr(durable.os, "replace", crash_on_episode)
     with pytest.raises(OSError):
         ds.append(make_episode(6, seed=6))
-    monkeypatch.setattr(dataset_module.os, "replace", real_replace)
+    monkeypatch.setattr(durable.os, "replace", real_replace)
 
     reopened = EpisodeDataset.open(ds.root)
     assert len(reopened) == 3 and reopened.num_steps == 15

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ import safetensors.torch
 import torch
 
 from robotrl.data.spec import TensorSpec
+from robotrl.runtime.durable import write_atomic
 from robotrl.runtime.env import ACTION_TOLERANCE, StepResult
 
 FORMAT_NAME = "robotrl.episode_dataset"
@@ -266,25 +266,6 @@ class EpisodeEntry:
         return cls(file, length, raw["success"], interventions, sha)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that `path` holds either its old contents or all of `data`."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 def _episode_bytes(episode: Episode) -> bytes:
     tensors = {f"obs.{k}": v for k, v in episode.obs.items()}
     tensors.update({name: getattr(episode, name) for name in STEP_TENSORS})
@@ -416,7 +397,7 @@ class EpisodeDataset:
             "metadata": self.metadata,
             "episodes": [e.to_json() for e in self._entries],
         }
-        _write_atomic(self.root / INDEX_FILE, json.dumps(index, indent=1).encode("utf-8"))
+        write_atomic(self.root / INDEX_FILE, json.dumps(index, indent=1).encode("utf-8"))
 
     # -- reading and writing episodes ----------------------------------------------------------------
     def __len__(self) -> int:
@@ -442,7 +423,7 @@ class EpisodeDataset:
         file = f"{EPISODE_DIR}/episode_{len(self._entries):06d}.safetensors"
         data = _episode_bytes(episode)
         path = self.root / file
-        _write_atomic(path, data)
+        write_atomic(path, data)
         entry = EpisodeEntry(file, len(episode), episode.success_any, episode.num_interventions, _sha256(data))
         self._entries.append(entry)
         try:

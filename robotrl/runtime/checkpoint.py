@@ -20,16 +20,9 @@ from safetensors.torch import load_file, save_file
 
 from robotrl.agents.base import Agent
 from robotrl.data.replay import ReplayBuffer
+from robotrl.runtime.durable import fsync_dir
 
 LATEST = "latest"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -134,7 +127,7 @@ def save_checkpoint(
             "has_replay": replay is not None,
         },
     )
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -143,7 +136,7 @@ def save_checkpoint(
     with pointer_tmp.open("rb") as f:
         os.fsync(f.fileno())
     os.replace(pointer_tmp, ckpt_root / LATEST)
-    _fsync_dir(ckpt_root)
+    fsync_dir(ckpt_root)
 
     older = sorted(p for p in ckpt_root.glob("step_*") if p.name < final.name)
     for old in older[: max(len(older) - (keep - 1), 0)]:

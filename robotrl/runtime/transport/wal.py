@@ -14,6 +14,8 @@ import struct
 import zlib
 from pathlib import Path
 
+from robotrl.runtime.durable import fsync_dir
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"RWAL"
@@ -27,7 +29,7 @@ class WriteAheadLog:
         created = not self.path.exists()
         self._file = self.path.open("ab")
         if created:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         self.records_written = 0  # since the last truncate
 
     def append(self, payload: bytes) -> None:
@@ -72,11 +74,3 @@ class WriteAheadLog:
 
     def close(self) -> None:
         self._file.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
