@@ -12,7 +12,8 @@ uses it), `goal` gives the task entries a robot cannot measure (a target, a hole
 `relative_goal` those that are `goal - ee_pos`; cameras give `pixels_<name>` ([3, S, S] uint8). Every
 observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
 step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
-`StaleObservationError` (`on_stale=raise`).
+`StaleObservationError` (`on_stale=raise`). Nor is an action whose observation has aged past
+`max_state_age` plus one policy period by the time `step` receives it (`late_action`).
 
 Commands: a control thread runs at `control_rate_hz` (the shield's control period) and, every period,
 passes the newest policy command (or None) through `robotrl.safety.Shield.filter` with the newest joint
@@ -610,7 +611,19 @@ class RobotEnv(gym.Env):
         if np.abs(action[np.isfinite(action)]).max(initial=0.0) > 1.0:
             info["action_clipped"] = 1
         action = np.clip(action, -1.0, 1.0)  # NaN stays NaN (the shield drops it)
-        if self._obs_fresh:
+        # The observation was fresh when it was taken; the action is only as fresh as that observation. One
+        # computed after a stall (slow inference, a weight load, a paused process) is not sent either.
+        obs_age = time.monotonic() - self._obs_state.received_at
+        late = self._obs_fresh and obs_age > self.cfg.max_state_age + 1.0 / self.cfg.policy_rate_hz
+        if late:
+            self.stats["late_actions"] += 1
+            info["late_action"] = 1
+            if self.cfg.on_stale == "raise":
+                raise StaleObservationError(
+                    f"the action was computed from an observation {obs_age * 1e3:.1f} ms old (hardware.max_state_age "
+                    f"{self.cfg.max_state_age * 1e3:.0f} ms + one policy period)"
+                )
+        if self._obs_fresh and not late:
             target = self._joint_targets(action, self._obs_state.position.numpy())
             gripper = None
             if self.gripper_action:

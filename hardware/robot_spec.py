@@ -42,7 +42,12 @@ def load_robot_spec(name: str) -> RobotSpec:
     path = ROBOTS_DIR / f"{name}.yaml"
     if not path.exists():
         raise ValueError(f"unknown robot {name!r}; available robots: {', '.join(available_robots())}")
-    raw = yaml.safe_load(path.read_text())
+    return read_robot_spec(path)
+
+
+def read_robot_spec(path: Path) -> RobotSpec:
+    """The spec in the YAML file `path`; a missing, non-finite or inconsistent limit fails naming it."""
+    raw = yaml.safe_load(Path(path).read_text())
     n = len(raw["joints"])
     vectors = {}
     for key in (
@@ -58,6 +63,16 @@ def load_robot_spec(name: str) -> RobotSpec:
         if len(values) != n:
             raise ValueError(f"{path}: {key} has {len(values)} values for {n} joints")
         vectors[key] = torch.tensor(values, dtype=torch.float32)
+    for key, values in vectors.items():
+        if not bool(torch.isfinite(values).all()):
+            raise ValueError(f"{path}: {key} must be finite, got {values.tolist()}")
+    for key in ("velocity_limit", "acceleration_limit", "jerk_limit", "effort_limit"):
+        bad = (vectors[key] <= 0).nonzero().flatten().tolist()
+        if bad:
+            joint = raw["joints"][bad[0]]
+            raise ValueError(
+                f"{path}: {key} must be > 0 for every joint, got {vectors[key][bad[0]].item()} for {joint}"
+            )
     if not torch.all(vectors["position_lower"] < vectors["position_upper"]):
         raise ValueError(f"{path}: position_lower must be below position_upper for every joint")
     home = vectors["home"]

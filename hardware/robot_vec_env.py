@@ -11,8 +11,9 @@ through the shield; this adds what a learner needs and a robot does not measure 
 - **A goal per episode**, drawn uniformly from `goal_range` (the box the simulated task samples from), so the
   policy keeps seeing the spread of goals it was trained on; the seed makes the sequence reproducible.
 - **Honest transitions.** An observation that arrives stale (the shield held; the action may not have run
-  as recorded) ends the episode as truncated, so no transition claims a result its action did not have; the
-  next reset waits for fresh joint states and moves home through the shield.
+  as recorded), or an action computed too late to be sent, ends the episode as truncated, so no transition
+  claims a result its action did not have; the next reset waits for fresh joint states and moves home
+  through the shield.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class RobotVecEnv:
         reward.validate(env)
         self.env, self.reward_cfg = env, reward
         self.name = f"robot:{env.cfg.robot}"
-        self.action_dim = env.action_dim
+        self.action_dim, self.control = env.action_dim, env.control
         self.obs_spec = {
             key: TensorSpec(tuple(space.shape), torch.uint8 if space.dtype == np.uint8 else torch.float32)
             for key, space in env.observation_space.spaces.items()
@@ -111,7 +112,7 @@ class RobotVecEnv:
         next_obs = self._tensors(obs)
         reward, success = self._score(obs)
         terminated = terminated or (success and self.reward_cfg.terminate_on_success)
-        if info.get("stale_observation"):
+        if info.get("stale_observation") or info.get("late_action"):
             self.stale_episodes += 1
             truncated = True
         done = terminated or truncated

@@ -146,7 +146,7 @@ class TaskVecEnv:
         self.task = task
         self.name = task.cfg.name
         self.num_envs = task.num_envs
-        self.action_dim = task.action_dim
+        self.action_dim, self.control = task.action_dim, task.controller.kind
         self.obs_spec = self._obs_spec()
         self.has_success = True
         self._t = torch.zeros(self.num_envs, dtype=torch.long)

@@ -80,6 +80,7 @@ class GymVecEnv:
         self.obs_spec = _obs_spec_of(first.observation_space, cfg.env_id)
         self._dict_obs = isinstance(first.observation_space, gym.spaces.Dict)
         self.has_success = False  # becomes True once an env reports `success` or `is_success`
+        self.control = None  # the env's own action semantics, unknown here
 
     # -- conversions -----------------------------------------------------------------------------
     def _obs_to_arrays(self, raw) -> dict[str, np.ndarray]:

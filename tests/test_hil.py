@@ -20,6 +20,7 @@ from robotrl.data.spec import TensorSpec
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv, TeleopOperator
 from robotrl.hil.scripted_operator import ScriptedOperator, ScriptedOperatorConfig, expert_of
+from robotrl.hil.setup import wrap_for_hil
 from robotrl.hil.teleop import TeleopCommand, TeleopDevice
 from robotrl.runtime.env import StepResult
 
@@ -182,6 +183,22 @@ def test_a_device_that_disconnects_ends_the_takeover(on_disconnect):
     assert bool(result.truncated.item()) == (on_disconnect == "stop")
     for _ in range(3):
         assert not env.step(policy).truncated.item()  # only that one episode was stopped
+
+
+@pytest.mark.parametrize("control", ["joint_position", "joint_delta"])
+def test_a_teleop_operator_needs_end_effector_control(control):
+    """A device's twist read as joint targets would move joints the operator never moved: refused up front."""
+    cfg = TASK_CONFIGS["panda_reach"](name="panda_reach", control=control)
+    env = make_env(cfg, num_envs=1)
+    try:
+        assert env.control == control
+        with pytest.raises(ValueError, match=f"hil.operator=keyboard.*{control}.*task.control=ee_delta"):
+            wrap_for_hil(env, HILConfig(operator="keyboard"))
+    finally:
+        env.close()
+    ee_env = make_env(TASK_CONFIGS["panda_reach"](name="panda_reach"), num_envs=1)
+    assert ee_env.control == "ee_delta"  # the arm tasks' default
+    ee_env.close()
 
 
 def test_bc_term_pulls_the_actor_to_the_demonstrated_actions():

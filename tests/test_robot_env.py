@@ -152,6 +152,33 @@ def test_stale_joint_states_hold_and_are_reported_never_acted_on():
             env.close()
 
 
+def test_an_action_computed_from_an_observation_that_aged_is_not_sent():
+    with twin_running(198):
+        env = _env(198, control="joint_delta")
+        try:
+            env.reset()
+            env.step(np.zeros(7))
+            held = env.setpoint
+            time.sleep(env.cfg.max_state_age + 2.0 / env.cfg.policy_rate_hz)  # a stalled policy
+            _, _, _, _, info = env.step(np.ones(7))  # would move every joint 0.1 rad
+            assert info["late_action"] == 1 and info.get("stale_observation") == 0  # the new observation is fresh
+            assert env.stats["late_actions"] == 1
+            time.sleep(0.02)  # many control periods, still inside the next action's age limit
+            np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
+            _, _, _, _, info = env.step(np.zeros(7))  # on time again: acted on
+            assert "late_action" not in info
+        finally:
+            env.close()
+        env = _env(198, control="joint_delta", cfg={"on_stale": "raise"})
+        try:
+            env.reset()
+            time.sleep(env.cfg.max_state_age + 2.0 / env.cfg.policy_rate_hz)
+            with pytest.raises(StaleObservationError, match="action was computed from an observation"):
+                env.step(np.zeros(7))
+        finally:
+            env.close()
+
+
 def test_a_killed_joint_state_publisher_makes_the_shield_hold_within_two_periods_then_stop():
     """The twin in its own process, killed (SIGKILL) while the arm moves: the shield never tracks a state
     older than two control periods, brakes at the first period past that, latches a stop at stop_after, and

@@ -11,7 +11,8 @@ import mujoco
 import numpy as np
 import pytest
 import torch
-from robotrl.hardware.robot_spec import load_robot_spec
+import yaml
+from robotrl.hardware.robot_spec import ROBOTS_DIR, load_robot_spec, read_robot_spec
 from robotrl.tasks.arm_task import ASSETS
 
 from robotrl.safety import (
@@ -134,6 +135,7 @@ def test_kinematic_chain_errors_name_the_problem(tmp_path):
         ({"position_margin": [0.1, 0.1]}, "position_margin"),
         ({"position_margin": 1.6}, "joint4"),  # joint4's range is 3.0 rad: 1.6 rad each side leaves nothing
         ({"max_step": 0.0}, "max_step"),
+        ({"shape_motion": False, "max_step": 0.01}, "max_step.*joint1.*velocity bound"),  # 10 rad/s at 1 kHz
         ({"tracking_error": 0.0}, "tracking_error"),
         ({"tracking_error": [0.1] * 3}, "tracking_error"),
         ({"workspace_min": (0.0, 0.0)}, "workspace_min"),
@@ -148,6 +150,25 @@ def test_kinematic_chain_errors_name_the_problem(tmp_path):
 def test_config_errors_name_the_bad_value(overrides, named):
     with pytest.raises(ShieldConfigError, match=named):
         make_shield(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("key", "index", "value", "named"),
+    [
+        # a negative velocity limit made the per-step guard push every joint to its upper limit
+        ("velocity_limit", 0, -2.175, "velocity_limit must be > 0.*joint1"),
+        ("acceleration_limit", 2, 0.0, "acceleration_limit must be > 0.*joint3"),
+        ("jerk_limit", 6, ".nan", "jerk_limit must be finite"),
+        ("position_upper", 3, ".inf", "position_upper must be finite"),
+    ],
+)
+def test_robot_spec_refuses_limits_that_are_not_positive_and_finite(tmp_path, key, index, value, named):
+    raw = yaml.safe_load((ROBOTS_DIR / "panda.yaml").read_text())
+    raw[key][index] = value
+    path = tmp_path / "panda.yaml"
+    path.write_text(yaml.safe_dump(raw).replace(f"'{value}'", str(value)))
+    with pytest.raises(ValueError, match=named):
+        read_robot_spec(path)
 
 
 def test_workspace_needs_the_model_file():
@@ -226,11 +247,11 @@ def test_every_correction_kind_is_counted_and_reported():
 
 
 def test_delta_clip_limits_each_step_when_shaping_is_off():
-    shield = make_shield(shape_motion=False, max_step=0.01)
+    shield = make_shield(shape_motion=False, max_step=0.001)  # 1 rad/s at 1 kHz, inside every joint's limit
     target = HOME + 0.5
     targets = drive(shield, [target] + [None] * 9)
-    assert (targets.diff(dim=0).abs() <= 0.01 + 1e-12).all()
-    assert torch.allclose(targets[0] - HOME, torch.full((7,), 0.01, dtype=torch.float64))
+    assert (targets.diff(dim=0).abs() <= 0.001 + 1e-12).all()
+    assert torch.allclose(targets[0] - HOME, torch.full((7,), 0.001, dtype=torch.float64))
     assert shield.counts["delta_clip"] == 10
 
 

@@ -48,6 +48,7 @@ class ClassifierReward:
         self.env, self.classifier = env, classifier.eval()
         self.name, self.num_envs, self.action_dim = env.name, env.num_envs, env.action_dim
         self.obs_spec = env.obs_spec
+        self.control = getattr(env, "control", None)
         self.has_success = True
         self.success_reward, self.failure_reward = float(success_reward), float(failure_reward)
         self.terminate_on_success = terminate_on_success

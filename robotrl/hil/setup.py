@@ -31,6 +31,14 @@ def wrap_for_hil(env, hil: HILConfig):
 
         if env.num_envs != 1:
             raise ValueError(f"hil.operator={hil.operator} drives one env; num_envs is {env.num_envs}")
+        control = getattr(env, "control", None)
+        if control not in (None, "ee_delta"):
+            # a device's twist read as joint targets would send joints to mid-range (joint_position) or drift
+            # the last joint with the gripper value: motions the operator never made
+            raise ValueError(
+                f"hil.operator={hil.operator} sends end-effector motions, but {env.name!r} is controlled by "
+                f"{control}: set task.control=ee_delta"
+            )
         operator = TeleopOperator(make_teleop(hil.operator), env.action_dim, hil.on_disconnect, hil.teleop_gain)
     return InterventionEnv(env, operator)
 

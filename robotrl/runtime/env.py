@@ -39,6 +39,9 @@ class VecEnv(Protocol):
     obs_spec: ObsSpec
     action_dim: int
     has_success: bool  # whether `success` means anything for this task
+    # How an action moves the robot: ee_delta | joint_delta | joint_position; None where the env does not say
+    # (a gym env). A teleop operator's commands are end-effector motions and need ee_delta.
+    control: str | None
 
     def reset(self, seed: int | None = None) -> Obs: ...
 

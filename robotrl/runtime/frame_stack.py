@@ -31,6 +31,7 @@ class FrameStack:
             env.action_dim,
             env.has_success,
         )
+        self.control = getattr(env, "control", None)
         self.obs_spec = dict(env.obs_spec)
         for key in self.keys:
             c, h, w = env.obs_spec[key].shape

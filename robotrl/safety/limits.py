@@ -35,6 +35,16 @@ class JointLimits:
         period = config.control_period
         velocity = spec.velocity_limit.double() * config.velocity_scale
         max_step = velocity * period if config.max_step is None else per_joint(config.max_step, n)
+        # max_step may only tighten the velocity bound: a larger step would move a joint faster than its
+        # limit wherever the step, not the velocity, bounds the motion (per-step clipping, the output guard)
+        fast = (max_step > velocity * period * (1 + 1e-12)).nonzero().flatten().tolist()
+        if fast:
+            j = fast[0]
+            raise ShieldConfigError(
+                f"shield.max_step {max_step[j].item()} rad for joint {spec.joints[j]} exceeds its velocity bound "
+                f"{velocity[j].item():.4g} rad/s (velocity_limit x velocity_scale) x control_period {period} = "
+                f"{(velocity[j] * period).item():.4g} rad per step"
+            )
         return cls(
             lower=lower,
             upper=upper,
