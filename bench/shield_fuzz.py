@@ -206,6 +206,7 @@ def run(args) -> dict:
         stamp = frozen_stamp if active_event == "stale" else now
         for each, data in pairs:
             if active_event is None and each.latched and each.at_rest:
+                each.acknowledge_estop()  # the operator's restart permission (a no-op after a stale stop)
                 each.reset(torch.from_numpy(data.qpos[:7].copy()), now, now)
             t0 = time.perf_counter()
             safe = each.filter(command, torch.from_numpy(data.qpos[:7].copy()), stamp, now, gripper=grippers[step])

@@ -230,6 +230,8 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
                 topics[env.topics["gripper"]] = (Float64MultiArray, env.cfg.command_qos)
             if "estop" in env.topics:
                 topics[env.topics["estop"]] = (Bool, "latched")
+            if "estop_ack" in env.topics:
+                topics[env.topics["estop_ack"]] = (Bool, "default")
             recorder = BagRecorder(env.bridge, cfg.record, topics)
         device = agent.device
         agent.reset_evaluation(1)

@@ -23,8 +23,9 @@ policy runs at `policy_rate_hz`: `step()` converts the action to joint targets a
 controller does (ee_delta: damped least-squares IK holding the start orientation; joint_delta;
 joint_position), hands it to the control thread and returns the observation at the next policy tick.
 The shield's corrections in that policy period are reported in `info` (`safety/<kind>`: control periods
-in which it fired). An e-stop topic (std_msgs/Bool) latches the shield's e-stop; a new `reset()` is the
-explicit release.
+in which it fired). An e-stop topic (std_msgs/Bool) latches the shield's e-stop; after its release, a true
+message on the acknowledgement topic (or `acknowledge_estop()`) lets the next `reset()` restart. Until then
+every reset is refused, so an episode's automatic reset never drives the arm after a stop by itself.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ class RobotEnvConfig:
     controller: str = "forward_position_controller"  # commands go to /<controller>/commands
     gripper_controller: str = "gripper_controller"  # /<...>/commands; "": none
     estop_topic: str = "/estop"  # std_msgs/Bool, latched; "": none
+    # std_msgs/Bool: a true message acknowledges a released e-stop, the operator's permission to restart;
+    # volatile (never latched): an old acknowledgement must not release a stop that comes after it
+    estop_ack_topic: str = "/estop_ack"
     state_qos: str = "default"
     command_qos: str = "default"
     control_rate_hz: float = 500.0  # command thread and shield period
@@ -258,6 +262,9 @@ class RobotEnv(gym.Env):
         if cfg.estop_topic:
             self.topics["estop"] = cfg.estop_topic
             self._estop_sub = self.bridge.subscription(cfg.estop_topic, Bool, "latched", self._on_estop)
+        if cfg.estop_ack_topic:
+            self.topics["estop_ack"] = cfg.estop_ack_topic
+            self._estop_ack_sub = self.bridge.subscription(cfg.estop_ack_topic, Bool, "default", self._on_estop_ack)
         self._images = {
             name: self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
             for name in cfg.cameras
@@ -305,6 +312,13 @@ class RobotEnv(gym.Env):
     def _on_estop(self, msg) -> None:
         with self._lock:
             self.shield.estop(bool(msg.data))
+
+    def _on_estop_ack(self, msg) -> None:
+        if msg.data:
+            try:
+                self.acknowledge_estop()
+            except ShieldResetError as error:
+                log.warning("e-stop acknowledgement on %s ignored: %s", self.cfg.estop_ack_topic, error)
 
     def _state(self) -> _State | None:
         """The newest joint state, parsed once per message (joint names matched to the spec's)."""
@@ -654,6 +668,12 @@ class RobotEnv(gym.Env):
         """The same as a message on the e-stop topic."""
         with self._lock:
             self.shield.estop(active)
+
+    def acknowledge_estop(self) -> None:
+        """The same as a true message on the acknowledgement topic: after the e-stop is released, the next
+        reset() may restart (raises while the e-stop is still pressed)."""
+        with self._lock:
+            self.shield.acknowledge_estop()
 
     @property
     def setpoint(self) -> np.ndarray | None:

@@ -319,13 +319,14 @@ def test_config_errors_name_the_key():
     assert math.isclose(RobotEnvConfig(control_rate_hz=250).shield_config().control_period, 0.004)
 
 
-def test_estop_topic_latches_a_hold_until_an_explicit_reset():
+def test_estop_topic_latches_a_hold_until_acknowledged_and_reset():
     from robotrl.hardware.ros2.msgs import Bool
     from robotrl.hardware.ros2.qos import LATCHED
 
     with twin_running(188):
         operator = make_bridge("dds", domain_id=188)
         estop = operator.publisher("/estop", Bool, LATCHED)
+        ack = operator.publisher("/estop_ack", Bool)
         env = _env(188, control="joint_delta")
         try:
             env.reset()
@@ -341,11 +342,18 @@ def test_estop_topic_latches_a_hold_until_an_explicit_reset():
             np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
             with pytest.raises(Exception, match="e-stop is still pressed"):
                 env.reset()
-            estop.publish(Bool(data=False))  # released: still latched until reset()
+            estop.publish(Bool(data=False))  # released: still latched
             time.sleep(0.2)
             env.step(np.full(7, 1.0))
             np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
-            obs, _ = env.reset()  # the explicit release
+            with pytest.raises(Exception, match="not acknowledged"):
+                env.reset()  # an episode's automatic reset does not restart the arm
+            np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
+            deadline = time.monotonic() + 3
+            while not env.shield._estop_acknowledged and time.monotonic() < deadline:
+                ack.publish(Bool(data=True))  # the operator's deliberate restart (volatile: until matched)
+                time.sleep(0.05)
+            obs, _ = env.reset()
             assert np.abs(obs["arm_qpos"] - SPEC.home.numpy()).max() <= env.cfg.reset_tolerance
         finally:
             env.close()

@@ -235,6 +235,7 @@ def test_every_correction_kind_is_counted_and_reported():
     step(HOME)
     shield.estop(False)
     settle(age=0.0)
+    shield.acknowledge_estop()
     shield.reset(shield._output, clock[0], clock[0])
     step(HOME, gripper=float("nan"))
     step(HOME, gripper=1.0)
@@ -339,6 +340,32 @@ def test_hostile_sequences_never_leave_the_limits(policy_period):
     assert shield.counts["motion_error"] == 0 and shield.counts["delta_clip"] == 0  # the guards never fired
 
 
+def test_a_released_estop_restarts_only_once_acknowledged():
+    shield = make_shield()
+    shield.estop(True)
+    with pytest.raises(ShieldResetError, match="still pressed"):
+        shield.acknowledge_estop()
+    with pytest.raises(ShieldResetError, match="still pressed"):
+        shield.reset(HOME, 0.0, 0.0)
+    drive(shield, [None] * 5)
+    shield.estop(False)  # released: an automatic reset (an episode ending) must not restart motion
+    with pytest.raises(ShieldResetError, match="not acknowledged"):
+        shield.reset(HOME, 0.005, 0.005)
+    assert shield.latched == "estop"
+    shield.acknowledge_estop()
+    shield.reset(HOME, 0.005, 0.005)
+    assert shield.latched is None
+    shield.estop(True)  # an acknowledgement is spent by its reset, and a new press needs a new one
+    shield.estop(False)
+    with pytest.raises(ShieldResetError, match="not acknowledged"):
+        shield.reset(HOME, 0.005, 0.005)
+    shield.acknowledge_estop()
+    shield.estop(True)  # pressed again after the acknowledgement: it no longer counts
+    shield.estop(False)
+    with pytest.raises(ShieldResetError, match="not acknowledged"):
+        shield.reset(HOME, 0.005, 0.005)
+
+
 def test_shaped_output_respects_velocity_acceleration_and_jerk_at_1khz():
     shield = make_shield(command_timeout=10.0, hold_after=0.002, stop_after=0.02)
     generator = torch.Generator().manual_seed(3)
@@ -350,6 +377,7 @@ def test_shaped_output_respects_velocity_acceleration_and_jerk_at_1khz():
             shield.estop(True)  # braking from whatever motion is under way
         if i == 1400:
             shield.estop(False)
+            shield.acknowledge_estop()
             shield.reset(position, now, now)
         stale = 2000 <= i < 2500  # a hold, then a latched stop and, once braked, its reset
         if i == 2500:
@@ -416,7 +444,7 @@ def test_command_timeout_holds_until_a_new_command():
     assert out.mode == "track" and out.info["safety/command_timeout"] == 0
 
 
-def test_estop_latches_until_released_and_reset():
+def test_estop_latches_until_released_acknowledged_and_reset():
     shield = make_shield(command_timeout=10.0)
     moving = drive(shield, [HOME + 1.0] + [None] * 100)
     shield.estop(True)
@@ -431,6 +459,7 @@ def test_estop_latches_until_released_and_reset():
     with pytest.raises(ShieldResetError, match="e-stop"):
         shield.reset(held[-1], 0.62, 0.62)
     shield.estop(False)
+    shield.acknowledge_estop()
     shield.reset(held[-1], 0.62, 0.62)
     resumed = drive(shield, [HOME] + [None] * 10, start=0.62)
     assert (resumed[-1] - held[-1]).abs().max() > 0

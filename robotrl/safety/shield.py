@@ -27,7 +27,7 @@ STEP_TOLERANCE = 1e-9  # relative slack before the per-step guard calls a ruckig
 
 
 class ShieldResetError(RuntimeError):
-    """reset() was refused: the e-stop is still pressed, or the joint state is not fresh."""
+    """reset() was refused: the e-stop is pressed or not acknowledged, or the joint state is not fresh."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class Shield:
         self._started = False
         self._estop_pressed = False
         self._estop_latched = False
+        self._estop_acknowledged = False
         self._stop_latched = False
         self._safe_target = torch.zeros(len(spec.joints), dtype=torch.float64)
         self._output = self._safe_target.clone()
@@ -98,11 +99,22 @@ class Shield:
         return bool((self.motion.velocity.abs() <= REST_VELOCITY).all())
 
     def estop(self, active: bool) -> None:
-        """The e-stop input (a std_msgs/Bool topic on hardware). Pressing latches; releasing does not unlatch."""
+        """The e-stop input (a std_msgs/Bool topic on hardware). Pressing latches; releasing does not unlatch:
+        that takes `acknowledge_estop()` and then `reset()`."""
         if active and not self._estop_latched:
-            logger.warning("safety shield: e-stop pressed, holding until reset()")
+            logger.warning("safety shield: e-stop pressed, holding until acknowledged and reset()")
         self._estop_pressed = bool(active)
         self._estop_latched = self._estop_latched or self._estop_pressed
+        if self._estop_pressed:
+            self._estop_acknowledged = False
+
+    def acknowledge_estop(self) -> None:
+        """The operator's deliberate permission to restart after releasing the e-stop. Releasing alone must not
+        restart motion (as ISO 13850 asks of machines): an episode's automatic reset would otherwise drive the
+        arm again with nobody having decided so."""
+        if self._estop_pressed:
+            raise ShieldResetError("the e-stop is still pressed: release it, then acknowledge")
+        self._estop_acknowledged = self._estop_latched
 
     def reset(
         self,
@@ -114,7 +126,9 @@ class Shield:
         """Start (or restart after a latch) from the measured joint state, at rest, holding it."""
         _check_time(now)
         if self._estop_pressed:
-            raise ShieldResetError("the e-stop is still pressed: release it, then reset()")
+            raise ShieldResetError("the e-stop is still pressed: release it, acknowledge it, then reset()")
+        if self._estop_latched and not self._estop_acknowledged:
+            raise ShieldResetError("the e-stop was released but not acknowledged: acknowledge_estop(), then reset()")
         if self._started and not self.at_rest:
             # restarting at rest from a moving setpoint would be a velocity jump: let the brake finish
             raise ShieldResetError("the setpoint is still braking: call filter() until at_rest, then reset()")
@@ -133,7 +147,7 @@ class Shield:
         self._safe_target = position.clone()
         self._output = position.clone()
         self._last_command_time = now
-        self._estop_latched = self._stop_latched = False
+        self._estop_latched = self._stop_latched = self._estop_acknowledged = False
         if gripper_position is not None:
             if not bool(torch.isfinite(torch.as_tensor(gripper_position)).all()):
                 raise ShieldResetError(f"the gripper position is not finite: {gripper_position}")
