@@ -675,6 +675,18 @@ class RobotEnv(gym.Env):
         with self._lock:
             self.shield.acknowledge_estop()
 
+    def _wait_at_rest(self, timeout: float) -> bool:
+        """Whether the setpoint came to rest within `timeout` (True at once if there is nothing to wait for)."""
+        deadline = time.monotonic() + timeout
+        while self._started and self._thread.is_alive():
+            with self._lock:
+                if self.shield.at_rest:
+                    return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     @property
     def setpoint(self) -> np.ndarray | None:
         """The last setpoint published."""
@@ -682,17 +694,22 @@ class RobotEnv(gym.Env):
 
     def close(self) -> None:
         """Send no new targets; the arm finishes its last safe move (or the command timeout holds it), and
-        once the setpoint rests the control thread stops and the bridge is left."""
+        once the setpoint rests the control thread stops and the bridge is left. A move still under way after
+        `close_timeout` is braked (the shield's e-stop) before the thread stops: a forward controller left
+        holding a moving setpoint would stop the arm dead."""
         if self._closing.is_set():
             return
-        deadline = time.monotonic() + self.cfg.close_timeout
         with self._lock:
             self._pending = None
-        while self._started and self._thread.is_alive() and time.monotonic() < deadline:
+        if not self._wait_at_rest(self.cfg.close_timeout):
             with self._lock:
-                if self.shield.at_rest:
-                    break
-            time.sleep(0.01)
+                self.shield.estop(True)
+            log.warning(
+                "robot env close: still moving after %.1f s; braking before the control thread stops",
+                self.cfg.close_timeout,
+            )
+            if not self._wait_at_rest(2 * self.shield.limits.brake_time + 0.1):
+                log.error("robot env close: the setpoint did not come to rest; stopping the control thread")
         self._closing.set()
         self._thread.join(timeout=2.0)
         if self._owns_bridge and self.bridge is not None:

@@ -179,6 +179,22 @@ def test_an_action_computed_from_an_observation_that_aged_is_not_sent():
             env.close()
 
 
+def test_close_brakes_a_move_still_under_way_before_it_stops_commanding():
+    with twin_running(199):
+        # no command timeout: nothing else would hold the arm once the env stops sending targets
+        shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "timeout": False}
+        env = _env(199, control="joint_delta", cfg={"close_timeout": 0.1, "shield": shield})
+        env.reset()
+        action = np.zeros(7)
+        action[0] = 1.0  # joint 1: +0.1 rad per step, far more than it covers in 0.1 s at its limits
+        for _ in range(4):
+            env.step(action)
+        assert not env.shield.at_rest
+        env.close()
+        assert env.shield.at_rest  # braked to a standstill before the last setpoint was left to the controller
+        assert env.shield.latched == "estop"
+
+
 def test_a_killed_joint_state_publisher_makes_the_shield_hold_within_two_periods_then_stop():
     """The twin in its own process, killed (SIGKILL) while the arm moves: the shield never tracks a state
     older than two control periods, brakes at the first period past that, latches a stop at stop_after, and

@@ -54,6 +54,12 @@ class JointLimits:
             max_step=max_step,
         )
 
+    @property
+    def brake_time(self) -> float:
+        """Seconds a jerk-limited stop from any speed within these limits takes at most: reaching full
+        deceleration (a / j), then shedding the speed at it (v / a)."""
+        return float((self.velocity / self.acceleration + self.acceleration / self.jerk).max())
+
     def clamp(self, target: torch.Tensor) -> tuple[torch.Tensor, bool]:
         clamped = torch.minimum(torch.maximum(target, self.lower), self.upper)
         return clamped, bool((clamped != target).any())
