@@ -474,6 +474,14 @@ def test_gripper_is_clamped_and_nan_holds():
     assert shield.counts["gripper_limit"] == 2 and shield.counts["gripper_nan"] == 1
 
 
+def test_gripper_keeps_its_setpoint_while_the_arm_holds():
+    shield = make_shield(hold_after=0.002, stop_after=0.5)
+    assert shield.filter(None, HOME, 0.001, 0.001, gripper=0.0).gripper.item() == 0.0  # tracking: follows
+    held = shield.filter(None, HOME, 0.001, 0.010, gripper=0.04)  # a 9 ms old state: the arm holds
+    assert held.mode == "hold" and held.gripper.item() == 0.0
+    assert shield.filter(None, HOME, 0.011, 0.011, gripper=0.04).gripper.item() == pytest.approx(0.04)
+
+
 def test_corrections_are_logged_at_a_limited_rate(caplog):
     shield = make_shield(log_interval=1.0, command_timeout=10.0)
     bad = torch.full((7,), float("nan"), dtype=torch.float64)

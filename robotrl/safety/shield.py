@@ -233,7 +233,9 @@ class Shield:
         if mode != "track":
             self._safe_target = target.clone()  # a hold ends where the brake ends; resume from there
         self._output = target
-        self._filter_gripper(gripper, now, latched=mode == "stop" or self._estop_latched)
+        # the gripper keeps its setpoint whenever the arm does not track: a gripper closing on a command sent
+        # into a stale-state hold would act on a world the policy no longer sees
+        self._filter_gripper(gripper, now, latched=mode != "track")
 
         info = {f"safety/{kind}": value for kind, value in count.step.items()}
         info["safety/hold"] = int(mode == "hold")
@@ -319,6 +321,7 @@ class Shield:
         return guarded
 
     def _filter_gripper(self, gripper, now: float, latched: bool) -> None:
+        """Take a new gripper setpoint (clamped to the spec's range), unless `latched` keeps the old one."""
         if gripper is None:
             return
         if self.spec.gripper is None:
