@@ -62,6 +62,32 @@ def test_mixer_state_round_trips_with_both_buffers():
         restored.load_state_dict(mixer.online.state_dict())
 
 
+def test_mixer_checkpoint_keeps_an_intervention_run_that_was_open():
+    mixer = MixedReplay(ReplayBuffer(SPEC, 2, 100), ReplayBuffer(SPEC, 2, 100))
+    for t in range(3):  # an operator is mid-takeover when the checkpoint is taken
+        obs = {"x": torch.full((1, 3), float(t))}
+        no = torch.zeros(1, dtype=torch.bool)
+        mixer.add(obs, torch.zeros(1, 2), torch.ones(1), obs, no, no, intervened=torch.ones(1, dtype=torch.bool))
+    assert len(mixer.offline) == 0 and mixer.segments.open_steps == 3
+    restored = MixedReplay(ReplayBuffer(SPEC, 2, 100), ReplayBuffer(SPEC, 2, 100))
+    restored.load_state_dict(mixer.state_dict())
+    # the resumed loop restarts its envs: the run is written, cut (truncated) where the checkpoint was taken
+    assert len(restored.offline) == 3 and restored.segments.open_steps == 0
+    assert torch.equal(restored.offline.obs["x"][:3, 0, 0], torch.tensor([0.0, 1.0, 2.0]))
+    assert restored.offline.truncated[2, 0] and not restored.offline.truncated[:2, 0].any()
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 5])
+def test_mixer_offline_share_is_exact_on_average_for_small_batches(batch_size):
+    torch.manual_seed(0)
+    mixer = MixedReplay(ReplayBuffer(SPEC, 2, 100), ReplayBuffer(SPEC, 2, 100), RatioSchedule(0.5))
+    _fill(mixer.online, 20, 0.0)
+    _fill(mixer.offline, 20, 1000.0)
+    draws = 4000
+    offline = sum(int(mixer.sample(batch_size).obs["x"][:, 0].ge(1000).sum()) for _ in range(draws))
+    assert offline / (draws * batch_size) == pytest.approx(0.5, abs=0.03)  # rounding gave 0, 0.67, 0.4
+
+
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
@@ -283,6 +309,7 @@ def test_training_with_demos_and_the_scripted_operator(tmp_path):
         "eval_interval=1000",
         "eval_episodes=1",
         "checkpoint_interval=1000",
+        "checkpoint_replay=false",
         "agent.batch_size=32",
         "agent.actor_hidden=[32,32]",
         "agent.critic_hidden=[32,32]",
@@ -293,6 +320,12 @@ def test_training_with_demos_and_the_scripted_operator(tmp_path):
     metrics = (run_dir / "metrics.csv").read_text()
     for key in ("hil/intervention_rate", "hil/offline_transitions", "bc_loss", "hil/would_intervene_rate"):
         assert key in metrics
+    # resumed from checkpoints without the replay: the demos are loaded again, so BC goes on
+    run_module("robotrl.train", f"resume={run_dir}", "total_steps=600", "progress=false")
+    bc_steps = [
+        int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines() if ",bc_loss," in line
+    ]
+    assert max(bc_steps) == 600
     bc_dir = tmp_path / "bc"
     run_module(
         "robotrl.train",

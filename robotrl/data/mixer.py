@@ -216,26 +216,36 @@ def add_episode(offline: ReplayBuffer, episode, pixel_keys: Sequence[str] = (), 
         )
 
 
+def offline_rows(ratio: float, batch_size: int) -> int:
+    """How many of `batch_size` rows come from the offline buffer: `ratio * batch_size`, its fraction rounded
+    up with that probability, so the share is exact on average for any batch size (plain rounding gives a
+    batch of one no offline row at ratio 0.5, and 3 a share of 2/3)."""
+    expected = ratio * batch_size
+    whole = int(expected)
+    fraction = expected - whole
+    return whole + int(fraction > 0 and float(torch.rand(())) < fraction)
+
+
 def sample_mixed(
     sample_online: Callable[[int], Batch], online_size: int, offline: ReplayBuffer, ratio: float, batch_size: int
 ) -> Batch:
-    """`batch_size` rows, `round(ratio * batch_size)` of them from `offline` (none while it is empty; all of
-    them while nothing is held online, `online_size` == 0) and the rest from `sample_online`; the offline rows
-    are marked in `Batch.demo`. MixedReplay's rule, for storage that keeps its online rows elsewhere."""
-    offline_rows = round(ratio * batch_size) if len(offline) else 0
-    if offline_rows == 0:
+    """`batch_size` rows, `offline_rows(ratio, batch_size)` of them from `offline` (none while it is empty; all
+    of them while nothing is held online, `online_size` == 0) and the rest from `sample_online`; the offline
+    rows are marked in `Batch.demo`. MixedReplay's rule, also for storage that keeps its online rows elsewhere."""
+    offline_rows_wanted = offline_rows(ratio, batch_size) if len(offline) else 0
+    if offline_rows_wanted == 0:
         return sample_online(batch_size)
-    if offline_rows == batch_size or online_size == 0:
+    if offline_rows_wanted == batch_size or online_size == 0:
         batch = offline.sample(batch_size)
         return dataclasses.replace(batch, demo=torch.ones(batch_size, dtype=torch.bool, device=batch.action.device))
-    return concat_batches(sample_online(batch_size - offline_rows), offline.sample(offline_rows))
+    return concat_batches(sample_online(batch_size - offline_rows_wanted), offline.sample(offline_rows_wanted))
 
 
 class MixedReplay:
     """An online buffer and an offline (demonstrations + interventions) buffer behind one replay API.
 
     `add` stores every transition online and copies intervened ones offline; `sample` draws
-    `round(ratio * batch_size)` rows offline (none while it is empty) and the rest online.
+    `offline_rows(ratio, batch_size)` rows offline (none while it is empty) and the rest online.
     """
 
     def __init__(self, online: ReplayBuffer, offline: ReplayBuffer, schedule: RatioSchedule | None = None):
@@ -276,19 +286,14 @@ class MixedReplay:
             )
 
     def sample(self, batch_size: int) -> Batch:
-        offline_rows = round(self.offline_ratio * batch_size) if len(self.offline) else 0
-        if offline_rows == 0:
-            return self.online.sample(batch_size)
-        if offline_rows == batch_size or len(self.online) == 0:
-            batch = self.offline.sample(batch_size)
-            return dataclasses.replace(batch, demo=torch.ones(batch_size, dtype=torch.bool, device=self.device))
-        return concat_batches(self.online.sample(batch_size - offline_rows), self.offline.sample(offline_rows))
+        return sample_mixed(self.online.sample, len(self.online), self.offline, self.offline_ratio, batch_size)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The online buffer's state under its own names (checkpoints of plain runs stay loadable) and the
-        offline buffer's under `offline.`."""
+        """The online buffer's state under its own names (checkpoints of plain runs stay loadable), the
+        offline buffer's under `offline.` and the open intervention runs under `segments.`."""
         state = dict(self.online.state_dict())
         state.update({f"offline.{k}": v for k, v in self.offline.state_dict().items()})
+        state.update({f"segments.{k}": v for k, v in self.segments.state_dict().items()})
         state["mixer_env_step"] = torch.tensor(self.env_step)
         return state
 
@@ -296,6 +301,13 @@ class MixedReplay:
         offline = {k.removeprefix("offline."): v for k, v in state.items() if k.startswith("offline.")}
         if not offline:
             raise KeyError("replay state lacks the offline buffer ('offline.*'): saved by a run without hil?")
-        self.online.load_state_dict({k: v for k, v in state.items() if not k.startswith(("offline.", "mixer_"))})
+        own = ("offline.", "segments.", "mixer_")
+        self.online.load_state_dict({k: v for k, v in state.items() if not k.startswith(own)})
         self.offline.load_state_dict(offline)
         self.env_step = int(state.get("mixer_env_step", torch.tensor(0)))
+        segments = {k.removeprefix("segments."): v for k, v in state.items() if k.startswith("segments.")}
+        if segments:
+            # a checkpoint taken mid-intervention keeps that correction; the resumed loop resets every env,
+            # so the run ends where the checkpoint cut it
+            self.segments.load_state_dict(segments)
+            self.interventions_stored += self.segments.end_open_runs(self.offline)
