@@ -61,6 +61,30 @@ def test_old_checkpoints_are_pruned_and_latest_points_at_the_newest(tmp_path):
         load_checkpoint(latest_checkpoint(tmp_path), agent, ReplayBuffer(SPEC, 2, capacity=10))
 
 
+def test_saving_the_same_step_again_keeps_latest_on_a_complete_checkpoint(tmp_path, monkeypatch):
+    import robotrl.runtime.checkpoint as checkpoint
+
+    agent = SAC(SACConfig(actor_hidden=[8], critic_hidden=[8]), SPEC, 2)
+    save_checkpoint(tmp_path, 10, agent, None, {"env_step": 10})
+    real_rmtree = checkpoint.shutil.rmtree
+
+    def killed_while_replacing(path, *args, **kwargs):
+        real_rmtree(path, *args, **kwargs)
+        if path.name == "step_000000010":  # the old copy is gone, the new one not yet renamed
+            assert (latest_checkpoint(tmp_path) / "state.json").exists()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed_while_replacing)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 10, agent, None, {"env_step": 10, "again": True})
+    assert load_checkpoint(latest_checkpoint(tmp_path), agent)["again"] is True  # the new copy, complete
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", real_rmtree)
+    save_checkpoint(tmp_path, 20, agent, None, {"env_step": 20}, keep=2)  # the next save finishes the rename
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["step_000000010", "step_000000020"]
+    assert load_checkpoint(tmp_path / "step_000000010", agent)["again"] is True
+    assert latest_checkpoint(tmp_path).name == "step_000000020"
+
+
 def test_non_finite_weights_are_never_checkpointed(tmp_path):
     agent = SAC(SACConfig(actor_hidden=[8], critic_hidden=[8]), SPEC, 2)
     save_checkpoint(tmp_path, 1, agent, None, {})

@@ -102,6 +102,7 @@ def save_checkpoint(
     """Write the checkpoint for `step` and point `latest` at it; returns its directory."""
     _check_finite(agent)
     ckpt_root.mkdir(parents=True, exist_ok=True)
+    _finish_interrupted_replace(ckpt_root)
     final = ckpt_root / f"step_{step:09d}"
     tmp = ckpt_root / f".tmp_step_{step:09d}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -129,19 +130,40 @@ def save_checkpoint(
     )
     fsync_dir(tmp)
 
-    shutil.rmtree(final, ignore_errors=True)
+    if final.exists():  # the same step again (an interrupt right after a periodic checkpoint, a resumed
+        # finished run): `latest` may name `final`, so it names the complete new copy while `final` is replaced
+        _point_latest(ckpt_root, tmp.name)
+        shutil.rmtree(final)
     os.replace(tmp, final)
-    pointer_tmp = ckpt_root / f".{LATEST}.{os.getpid()}"
-    pointer_tmp.write_text(final.name)
-    with pointer_tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    os.replace(pointer_tmp, ckpt_root / LATEST)
-    fsync_dir(ckpt_root)
+    _point_latest(ckpt_root, final.name)
 
     older = sorted(p for p in ckpt_root.glob("step_*") if p.name < final.name)
     for old in older[: max(len(older) - (keep - 1), 0)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _finish_interrupted_replace(ckpt_root: Path) -> None:
+    """`latest` names a complete `.tmp_step_*` copy when a save of an existing step was interrupted between
+    removing the old copy and renaming the new one: finish that rename before anything touches temp dirs."""
+    pointer = ckpt_root / LATEST
+    name = pointer.read_text().strip() if pointer.exists() else ""
+    if not name.startswith(".tmp_step_"):
+        return
+    final = ckpt_root / name.removeprefix(".tmp_").rsplit("_", 1)[0]
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(ckpt_root / name, final)
+    _point_latest(ckpt_root, final.name)
+
+
+def _point_latest(ckpt_root: Path, name: str) -> None:
+    """Atomically make `latest` name the checkpoint directory `name`."""
+    pointer_tmp = ckpt_root / f".{LATEST}.{os.getpid()}"
+    pointer_tmp.write_text(name)
+    with pointer_tmp.open("rb") as f:
+        os.fsync(f.fileno())
+    os.replace(pointer_tmp, ckpt_root / LATEST)
+    fsync_dir(ckpt_root)
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path:
