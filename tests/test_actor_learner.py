@@ -149,6 +149,7 @@ def test_malformed_pushes_are_refused_by_name_and_the_learner_serves_on(learner)
     cases = [
         (b"\x00garbage\xff" * 10, "not safetensors"),
         (batch(reward=torch.tensor([[0.0], [float("nan")]])), "'reward' holds non-finite"),
+        (batch(reward=torch.tensor([[0.0], [1e20]])), r"'reward' has values beyond"),  # would overflow the loss
         (batch(**{"obs.state": torch.zeros(2, 1, 4)}), r"'obs.state' must have shape \[2, 1, 3\]"),
         (batch(terminated=torch.zeros(2, 1)), "'terminated' must have dtype torch.bool"),
         (batch(intervened=None), r"lacks \['intervened'\]"),

@@ -92,6 +92,16 @@ def test_decode_rejects_malformed_payloads_by_name(payload, message):
         decode(payload, MB)
 
 
+def test_decode_rejects_a_header_json_cannot_parse_as_a_wire_error():
+    import json
+    import struct
+
+    for text in ("1" * 5000, "[" * 100_000):  # an int past Python's digit limit; nesting past the recursion limit
+        blob = json.dumps({"__metadata__": {"header": text}}).encode()
+        with pytest.raises(WireError, match="not JSON"):
+            decode(struct.pack("<Q", len(blob)) + blob, MB)
+
+
 def test_decode_rejects_a_truncated_payload():
     data = encode(transitions(), {})
     with pytest.raises(WireError, match="malformed safetensors"):
@@ -109,8 +119,22 @@ def test_decode_rejects_a_truncated_payload():
         (lambda b: b.update({"obs.pixels": torch.zeros(4, 2, 1, 4, 4)}), "'obs.pixels' must have dtype torch.uint8"),
         (lambda b: b.update(action=torch.full((4, 2, 2), 1.5)), r"outside \[-1, 1\]"),
         (lambda b: b.update(reward=torch.zeros(4, 3)), r"'reward' must have shape \[steps, 2\]"),
+        # finite, but a TD loss squares it past float32's range: the learner would stop, after restarts too
+        (lambda b: b["reward"].__setitem__((0, 0), 1e20), r"'reward' has values beyond \+-1e\+06"),
+        (lambda b: b["next_obs.state"].__setitem__((1, 1, 2), -3e7), r"'next_obs.state' has values beyond"),
     ],
-    ids=["missing", "unexpected", "reward-dtype", "flag-dtype", "obs-shape", "pixel-dtype", "action-range", "envs"],
+    ids=[
+        "missing",
+        "unexpected",
+        "reward-dtype",
+        "flag-dtype",
+        "obs-shape",
+        "pixel-dtype",
+        "action-range",
+        "envs",
+        "huge-reward",
+        "huge-obs",
+    ],
 )
 def test_transitions_must_fit_the_learner_spec(change, message):
     batch = transitions()

@@ -147,6 +147,7 @@ class Sender:
         self._weights_lock = threading.Lock()
         self._new_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self.have_weights: str | None = None  # id of the newest weights received
+        self.rejected_weights: str | None = None  # id of weights that failed to decode: not fetched again
         self.connected = True
         self.fatal: BaseException | None = None  # set when the learner refuses this actor for good
         self.actor_env_step = 0  # written by the control loop, reported to the learner
@@ -238,11 +239,21 @@ class Sender:
         try:
             reply = self.client.push(batch.payload)
         except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.INVALID_ARGUMENT:
+            # INVALID_ARGUMENT: the learner's checks; RESOURCE_EXHAUSTED: gRPC's message size limit (resending
+            # the same bytes would loop forever while nothing else is delivered)
+            if err.code() not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
                 raise
             # the learner will never take this batch: drop it (the learner cuts the stream at the gap)
             self.refused_batches += 1
-            log.error("the learner refused batch %d: %s", batch.seq, err.details())
+            log.error(
+                "the learner refused batch %d (%d bytes): %s%s",
+                batch.seq,
+                len(batch.payload),
+                err.details(),
+                "; lower batch_steps or raise the learner's server.max_message_bytes"
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                else "",
+            )
             self.outbox.acknowledge(batch.seq)
             return
         self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
@@ -253,9 +264,16 @@ class Sender:
         self.learner_weights = reply.get("weights_id")
 
     def _pull_weights_if_new(self) -> None:
-        if self.learner_weights is None or self.learner_weights == self.have_weights:
+        if self.learner_weights in (None, self.have_weights, self.rejected_weights):
             return
-        header, tensors = self.client.weights(self.have_weights)
+        try:
+            header, tensors = self.client.weights(self.have_weights)
+        except WireError as err:  # never loaded; fetching the same payload again would only stall the uploads
+            self.rejected_weights = self.learner_weights
+            log.error(
+                "weights %s from the learner are unusable, acting on the last good ones: %s", self.learner_weights, err
+            )
+            return
         self.learner_weights = header.get("weights_id")  # what the learner has now (maybe newer than announced)
         if not tensors:
             return

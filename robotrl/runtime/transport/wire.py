@@ -27,6 +27,10 @@ HEADER_KEY = "header"
 MAX_TENSORS = 4096
 MAX_HEADER_BYTES = 1 << 20
 ACTION_TOLERANCE = 1e-6
+# A reward or float observation beyond this magnitude is refused. It is finite, but squared in a TD loss it
+# overflows float32 (1e20 ** 2) and stops the learner, and it would again after every restart: an
+# acknowledged batch is replayed from the write-ahead log.
+MAX_ABS_VALUE = 1e6
 
 # safetensors dtype names a payload may use, and the torch dtype each decodes to
 ALLOWED_DTYPES = {
@@ -99,7 +103,7 @@ def _read_safetensors_header(data: bytes) -> tuple[dict[str, dict], dict]:
         )
     try:
         header = json.loads(data[8 : 8 + length])
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # not JSON, an integer of thousands of digits, deep nesting
         raise WireError(f"payload is not safetensors: its header is not JSON ({err})") from None
     if not isinstance(header, dict):
         raise WireError(f"payload is not safetensors: its header is a JSON {type(header).__name__}")
@@ -122,7 +126,7 @@ def _parse_json_header(metadata: dict) -> dict[str, Any]:
         raise WireError(f"payload lacks its JSON {HEADER_KEY!r} metadata entry")
     try:
         header = json.loads(text)
-    except json.JSONDecodeError as err:
+    except (ValueError, RecursionError) as err:
         raise WireError(f"payload {HEADER_KEY!r} metadata is not JSON ({err})") from None
     if not isinstance(header, dict):
         raise WireError(f"payload {HEADER_KEY!r} metadata must be a JSON object, got {type(header).__name__}")
@@ -164,6 +168,9 @@ def check_transitions(
             _check_entry(tensors, f"{part}.{key}", (*lead, *spec.shape), spec.dtype)
     if (tensors["action"].abs() > 1.0 + ACTION_TOLERANCE).any():
         raise WireError("'action' has values outside [-1, 1]")
+    for name, value in tensors.items():
+        if value.is_floating_point() and (value.abs() > MAX_ABS_VALUE).any():
+            raise WireError(f"{name!r} has values beyond +-{MAX_ABS_VALUE:g} (largest {value.abs().max().item():.3g})")
     return steps
 
 
