@@ -77,6 +77,20 @@ def test_mixer_checkpoint_keeps_an_intervention_run_that_was_open():
     assert restored.offline.truncated[2, 0] and not restored.offline.truncated[:2, 0].any()
 
 
+def test_an_intervention_that_never_ends_is_written_in_bounded_runs():
+    from robotrl.data.mixer import InterventionSegments
+
+    segments, offline = InterventionSegments(1, max_run_steps=4), ReplayBuffer(SPEC, 2, 100)
+    no, yes = torch.zeros(1, dtype=torch.bool), torch.ones(1, dtype=torch.bool)
+    for t in range(10):  # a takeover flag stuck on, the episode never ending
+        obs = {"x": torch.full((1, 3), float(t))}
+        segments.add(offline, obs, torch.zeros(1, 2), torch.ones(1), obs, no, no, yes)
+    assert len(offline) == 8 and segments.open_steps == 2  # two runs of 4 written, each cut (truncated)
+    assert offline.truncated[[3, 7], 0].all() and int(offline.truncated[:8, 0].sum()) == 2
+    with pytest.raises(ValueError, match="max_run_steps"):
+        InterventionSegments(1, max_run_steps=0)
+
+
 @pytest.mark.parametrize("batch_size", [1, 3, 5])
 def test_mixer_offline_share_is_exact_on_average_for_small_batches(batch_size):
     torch.manual_seed(0)

@@ -69,10 +69,15 @@ class RatioSchedule:
 
 class InterventionSegments:
     """Collects each env's consecutive intervened steps and writes them to the offline buffer as one
-    contiguous run when the intervention (or the episode) ends."""
+    contiguous run when the intervention (or the episode) ends, or when it reaches `max_run_steps` (then a
+    new run starts: a stream that never ends its takeover, a stuck device or a hostile actor, cannot hold
+    ever more steps in memory)."""
 
-    def __init__(self, num_envs: int):
+    def __init__(self, num_envs: int, max_run_steps: int = 1000):
+        if max_run_steps < 1:
+            raise ValueError(f"max_run_steps must be >= 1, got {max_run_steps}")
         self.open: list[list[tuple[Obs, torch.Tensor, float, Obs, bool, bool]]] = [[] for _ in range(num_envs)]
+        self.max_run_steps = max_run_steps
 
     def add(
         self,
@@ -90,17 +95,18 @@ class InterventionSegments:
         done = terminated | truncated
         for env in range(len(self.open)):
             if intervened[env]:
-                self.open[env].append(
+                self.open[env].append(  # copies: a view would keep the whole received batch alive
                     (
-                        {k: v[env] for k, v in obs.items()},
-                        action[env],
+                        {k: v[env].clone() for k, v in obs.items()},
+                        action[env].clone(),
                         float(reward[env]),
-                        {k: v[env] for k, v in next_obs.items()},
+                        {k: v[env].clone() for k, v in next_obs.items()},
                         bool(terminated[env]),
                         bool(truncated[env]),
                     )
                 )
-            if self.open[env] and (not intervened[env] or done[env]):
+            full = len(self.open[env]) >= self.max_run_steps
+            if self.open[env] and (not intervened[env] or done[env] or full):
                 written += self._flush(offline, env)
         return written
 
