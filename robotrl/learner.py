@@ -191,6 +191,7 @@ class Learner:
             service.ledger.load_state(counters["streams"])
             service.env_steps = self.clock_steps = counters["env_steps"]
             service.last_checkpoint_step = counters["env_steps"]
+            service.wal_generation = counters.get("wal_generation", 0)
             self.demos_loaded = list(counters.get("hil_demos", []))
             resumed = True
             log.info("resumed from %s at %d env steps, %d updates", path, counters["env_steps"], counters["updates"])
@@ -295,9 +296,11 @@ class Learner:
                 "updates": self.agent.num_updates,
                 "streams": service.ledger.state(),
                 "hil_demos": self.demos_loaded,
+                "wal_generation": service.wal_generation + 1,
             }
             save_checkpoint(self.ckpt_root, step, self.agent, self.storage, counters, keep=self.cfg.keep_checkpoints)
-            self.wal.truncate()
+            # a crash before this line leaves the old generation's log, which a restart then skips
+            service.start_log_generation(counters["wal_generation"])
             service.last_checkpoint_step = step
         log.info("checkpoint at %d env steps, %d updates", step, self.agent.num_updates)
 

@@ -304,6 +304,43 @@ def test_closing_a_silent_actors_runs_is_logged_so_a_replayed_log_rebuilds_the_o
     assert replayed.storage.open_run_steps("arm") == live.storage.open_run_steps("arm") == 1
 
 
+def test_a_log_its_checkpoint_already_holds_is_not_replayed_after_a_crash(tmp_path):
+    def service():
+        spec = LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, MB, 0.01)
+        return LearnerService(spec, group(), WriteAheadLog(tmp_path / "wal.log"), WeightsBoard("x"))
+
+    def push(svc, session, seq):
+        header = {"actor_id": "arm", "session": session, "env_step": 0, "seq": seq}
+        svc.push(request(header, transitions(steps=3, envs=2, spec=STATE_SPEC)))
+
+    live = service()
+    assert live.replay_log() == 0  # a fresh start: the log is marked as following generation 0
+    live.register(request({"actor_id": "arm", "session": "s1", "num_envs": 2, "task": "t"}))
+    push(live, "s1", 0)
+    time.sleep(0.05)  # the actor restarts: a new session
+    live.register(request({"actor_id": "arm", "session": "s2", "num_envs": 2, "task": "t"}))
+    push(live, "s2", 0)
+    assert len(live.storage) == 12
+    # checkpoint generation 1 holds all of it; the learner dies before the log is emptied
+    storage, ledger = live.storage.state_dict(), live.ledger.state()
+    live.wal.close()
+
+    restarted = service()
+    restarted.storage.load_state_dict(storage)
+    restarted.ledger.load_state(ledger)
+    restarted.wal_generation = 1
+    assert restarted.replay_log() == 0  # replaying it would store session s1's batch a second time
+    assert len(restarted.storage) == 12
+    push(restarted, "s2", 1)  # the log goes on in the new generation
+    restarted.wal.close()
+
+    again = service()  # a crash before the next checkpoint: generation 1's log is replayed onto its checkpoint
+    again.storage.load_state_dict(storage)
+    again.ledger.load_state(ledger)
+    again.wal_generation = 1
+    assert again.replay_log() == 1 and len(again.storage) == 18
+
+
 def test_pixel_streams_store_each_frame_once_and_sample_stacks():
     spec = {"pixels": TensorSpec((2, 4, 4), torch.uint8), "state": TensorSpec((3,))}  # 2 stacked 1-channel frames
     make = replay_factory(spec, 2, 64, frame_stack=2, n_step=1, gamma=0.9, device=torch.device("cpu"))

@@ -39,12 +39,16 @@ from robotrl.runtime.transport.protocol import (
 from robotrl.runtime.transport.storage import ReplayGroup
 from robotrl.runtime.transport.wal import WriteAheadLog
 from robotrl.runtime.transport.weights import WeightsBoard
-from robotrl.runtime.transport.wire import check_transitions, decode, encode, spec_to_json
+from robotrl.runtime.transport.wire import WireError, check_transitions, decode, encode, spec_to_json
 
 log = logging.getLogger(__name__)
 
 SMALL_REQUEST_BYTES = 1 << 16
 END_RUNS = "end_runs"  # write-ahead record kind: close an actor's open intervention runs
+# write-ahead record kind, first in the log: the checkpoint generation whose successors the log holds. A log
+# of an older generation was left by a crash between a checkpoint and the log's truncation: the checkpoint
+# holds all of it, and replaying it would store again what an actor sent under a session since replaced.
+GENERATION = "generation"
 
 
 @dataclass
@@ -71,6 +75,7 @@ class LearnerService:
         self.env_steps = 0  # transitions stored, all streams
         self.rejected = 0  # pushes refused
         self.wal_replayed = 0  # batches restored from the write-ahead log at start
+        self.wal_generation = 0  # the loaded checkpoint's generation (0: none, or one saved before generations)
         # set by the learner's loop, reported by Status
         self.updates = 0
         self.last_checkpoint_step: int | None = None
@@ -215,12 +220,25 @@ class LearnerService:
             }
 
     def replay_log(self) -> int:
-        """Apply the write-ahead log (batches acknowledged after the loaded checkpoint); returns how many
-        were stored. Call before serving, after the checkpoint's storage and ledger are loaded."""
+        """Apply the write-ahead log (batches acknowledged after the loaded checkpoint, `wal_generation`);
+        returns how many were stored. Call before serving, after the checkpoint's storage and ledger are
+        loaded. Afterwards the log continues the current generation."""
         stored = 0
-        for record in self.wal.read():
+        records = self.wal.read()
+        first = _generation_of(records[0]) if records else None
+        if first is not None and first < self.wal_generation:
+            log.warning(
+                "write-ahead log of generation %d predates the checkpoint's %d (a crash before the log was emptied):"
+                " the checkpoint holds it all; not replayed",
+                first,
+                self.wal_generation,
+            )
+            records = []
+        for record in records:
             try:
                 header, tensors = decode(record, max(self.spec.max_message_bytes, len(record)))
+                if header.get("kind") == GENERATION:
+                    continue
                 if header.get("kind") == END_RUNS:
                     with self.lock:
                         self.storage.end_open_runs(actor_id(header))
@@ -239,7 +257,17 @@ class LearnerService:
             except Exception:
                 log.exception("skipping a write-ahead log record that cannot be applied")
         self.wal_replayed = stored
+        if first is None or first < self.wal_generation:  # empty, stale, or from before generations
+            self.start_log_generation(self.wal_generation, keep=bool(records))
         return stored
+
+    def start_log_generation(self, generation: int, keep: bool = False) -> None:
+        """Empty the log (unless `keep`: records of a log from before generations, still to be covered by the
+        next checkpoint) and mark it as holding what comes after checkpoint `generation`."""
+        if not keep:
+            self.wal.truncate()
+        self.wal_generation = generation
+        self.wal.append(encode({}, {"protocol": PROTOCOL_VERSION, "kind": GENERATION, "generation": generation}))
 
     def end_open_runs(self, actor: str) -> int:
         """Close the actor's open intervention runs (it went silent: nothing may continue them), logging the
@@ -277,3 +305,13 @@ class LearnerService:
             "weights_id": weights_id,
             "version": version,
         }
+
+
+def _generation_of(record: bytes) -> int | None:
+    """The generation a log's first record marks, or None if it is no generation record."""
+    try:
+        header, _ = decode(record, len(record))
+    except WireError:
+        return None
+    generation = header.get("generation") if header.get("kind") == GENERATION else None
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None
