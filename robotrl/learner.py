@@ -9,8 +9,9 @@ Each actor's steps land in its own replay stream (robotrl/runtime/transport/stor
 runs `agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have
 arrived, and publishes a new weights version every `weights_every` updates. A batch is acknowledged only
 once it is appended and fsynced to `<run dir>/wal.log`; a checkpoint (which holds the replay) empties that
-log. A learner restarted in the same run directory loads the latest checkpoint, then replays the log, so
-nothing it acknowledged is lost.
+log and starts it on the checkpoint's generation. A learner restarted in the same run directory loads the
+latest checkpoint, then replays the log, so nothing it acknowledged is lost; a log of an older generation
+(the learner died between a checkpoint and emptying the log) is all in the checkpoint and is not replayed.
 
 Human in the loop, split as HIL-SERL runs it: the operator sits at the actor (robotrl-actor hil.operator=...),
 the demonstrations here (`hil.demos`). The storage keeps one offline buffer shared by all actors: the
