@@ -288,6 +288,7 @@ class Learner:
         """Save agent, replay and delivery state together, then empty the write-ahead log."""
         service = self.service
         with service.lock:
+            held_from = time.monotonic()
             step = service.env_steps
             if step == service.last_checkpoint_step:
                 return  # nothing arrived since: the log is empty, the checkpoint current but for updates
@@ -303,6 +304,9 @@ class Learner:
             # a crash before this line leaves the old generation's log, which a restart then skips
             service.start_log_generation(counters["wal_generation"])
             service.last_checkpoint_step = step
+            # no actor could be heard while this held the lock (seconds for a large pixel replay): that time
+            # does not count as their silence, or live actors' open intervention runs would be closed
+            service.ledger.excuse_silence(time.monotonic() - held_from)
         log.info("checkpoint at %d env steps, %d updates", step, self.agent.num_updates)
 
     def _watch_actors(self) -> None:

@@ -367,6 +367,15 @@ def test_a_cut_stream_sums_no_n_step_return_across_the_cut():
     assert buffer.truncated[1, 0] and not buffer.terminated[1, 0]
 
 
+def test_time_the_learner_could_not_listen_is_not_an_actors_silence():
+    ledger = Ledger()
+    ledger.register("a", "s1", 1, now=10.0, live_s=5.0)
+    ledger.register("b", "s1", 1, now=1.0, live_s=5.0)
+    ledger.excuse_silence(8.0)  # a checkpoint held the service for 8 s
+    assert ledger.alive(now=20.0, timeout_s=5.0) == ["a"]  # heard at 10, deaf 8 s of the 10 since
+    assert ledger.alive(now=13.0, timeout_s=5.0) == ["a", "b"]  # b: heard at 1, excused to 9
+
+
 def test_ledger_stores_each_batch_once_and_sees_gaps_and_new_sessions():
     ledger = Ledger()
     delivery, new = ledger.register("a", "s1", 2, now=1.0, live_s=5.0)

@@ -74,6 +74,13 @@ class Ledger:
             return Arrival.DUPLICATE
         return Arrival.NEXT if seq == delivery.acked_seq + 1 else Arrival.GAP
 
+    def excuse_silence(self, seconds: float) -> None:
+        """Move every heard-from actor's last contact `seconds` later: a span in which the learner could not
+        hear anyone (a checkpoint holding the service lock) is not their silence."""
+        for delivery in self.actors.values():
+            if delivery.last_contact:
+                delivery.last_contact += seconds
+
     def alive(self, now: float, timeout_s: float) -> list[str]:
         return [a for a, d in self.actors.items() if d.last_contact and now - d.last_contact < timeout_s]
 
