@@ -410,6 +410,26 @@ def test_write_ahead_log_survives_a_torn_tail_and_truncates(tmp_path):
     assert wal.read() == [] and wal.size_bytes == 0
 
 
+def test_a_failed_append_leaves_the_log_as_it_was(tmp_path, monkeypatch):
+    import robotrl.runtime.transport.wal as wal_module
+
+    wal = WriteAheadLog(tmp_path / "wal.log")
+    wal.append(b"one")
+    size = wal.size_bytes
+    real_fsync = wal_module.os.fsync
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wal_module.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        wal.append(b"two" * 10_000)  # larger than the file object's buffer: part of it reached the file
+    monkeypatch.setattr(wal_module.os, "fsync", real_fsync)
+    assert wal.size_bytes == size
+    wal.append(b"three")  # acknowledged after the failure: must not sit behind a torn record
+    assert WriteAheadLog(tmp_path / "wal.log").read() == [b"one", b"three"]
+
+
 def test_reconnect_backoff_doubles_up_to_its_cap_however_long_the_learner_is_away():
     cfg = ConnectConfig(backoff_min_s=0.1, backoff_max_s=2.0)
     assert 0.08 <= backoff_delay(1, cfg) <= 0.12 and 0.16 <= backoff_delay(2, cfg) <= 0.24

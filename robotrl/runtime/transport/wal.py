@@ -33,11 +33,28 @@ class WriteAheadLog:
         self.records_written = 0  # since the last truncate
 
     def append(self, payload: bytes) -> None:
-        """Write one record and fsync it."""
-        self._file.write(_FRAME.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        """Write one record and fsync it. A failed write (a full disk, an I/O error) leaves the log as it was
+        and raises: a torn record left in place would end the log there, dropping every acknowledged record
+        appended after it from the next read."""
+        start = self.size_bytes
+        try:
+            self._file.write(_FRAME.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError:
+            self._reopen_at(start)
+            raise
         self.records_written += 1
+
+    def _reopen_at(self, size: int) -> None:
+        """Cut the file back to `size` bytes and reopen it: the file object's buffer may still hold part of the
+        failed record, which its next flush would write."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        os.truncate(self.path, size)
+        self._file = self.path.open("ab")
 
     def read(self) -> list[bytes]:
         """Every intact record in order; a torn or corrupt tail is cut off the file (it was never acknowledged)."""
