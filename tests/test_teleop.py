@@ -224,6 +224,18 @@ def test_keyboard_ignores_escape_sequences(pty_pair):
         assert not polled.engaged and polled.events == frozenset()
 
 
+@pytest.mark.parametrize(("head", "tail"), [(b"\x1b[", b"D"), (b"\x1b", b"OA"), (b"\x1b[1;5", b"C")])
+def test_keyboard_ignores_an_escape_sequence_split_across_polls(pty_pair, head, tail):
+    """Over SSH a sequence can arrive in two reads: its last letter ('D', 'A', 'C') is no motion key."""
+    master, slave = pty_pair
+    with KeyboardTeleop(fd=slave, clock=FakeClock()) as keyboard:
+        type_keys(master, slave, head)
+        assert not keyboard.poll().engaged
+        type_keys(master, slave, tail + b"w")
+        polled = keyboard.poll()
+        assert polled.engaged and polled.twist.tolist() == [1.0, 0, 0, 0, 0, 0]  # the 'w' that followed, only
+
+
 def test_keyboard_disconnects_when_the_terminal_goes_away(pty_pair):
     master, slave = pty_pair
     with KeyboardTeleop(fd=slave, clock=FakeClock()) as keyboard:
@@ -483,6 +495,14 @@ def test_spacemouse_malformed_reports_are_skipped():
     device.close()
 
 
+def test_a_malformed_motion_report_leaves_the_cap_at_rest_not_at_its_last_deflection():
+    # full deflection, then a truncated report (perhaps the return to rest): no motion until the next report
+    device, _ = replay([_axes(1, 0, 350, 0), bytes([1, 0, 0, 0])], axis_map="device", deadzone=0.0)
+    polled = device.poll()
+    assert device.malformed_reports == 1 and not polled.twist.any() and not polled.engaged
+    device.close()
+
+
 def test_spacemouse_discovery(monkeypatch):
     class FakeHidModule:
         def __init__(self, devices):
@@ -624,6 +644,61 @@ def test_gamepad_removed_reads_disconnected(monkeypatch):
     gone = pad.poll()
     assert not gone.connected and not gone.engaged and gone.gripper == 1.0
     assert pad._reader.closed and not pad.poll().connected
+
+
+def _fake_evdev_pad(monkeypatch, batches, stick_range=(-32768, 32767)):
+    """A fake /dev/input pad whose absinfo reports its true current axis values (`pad.now`)."""
+    import evdev
+    from evdev import AbsInfo, ecodes
+
+    class Pad:
+        name = "Fake pad"
+        now = {}
+
+        def __init__(self, path):
+            self.batches = list(batches)
+
+        def capabilities(self):
+            axes = [ecodes.ABS_X, ecodes.ABS_Y, ecodes.ABS_Z, ecodes.ABS_RX, ecodes.ABS_RY, ecodes.ABS_RZ]
+            return {ecodes.EV_KEY: [ecodes.BTN_SOUTH], ecodes.EV_ABS: [(a, None) for a in axes]}
+
+        def absinfo(self, code):
+            if code in (ecodes.ABS_Z, ecodes.ABS_RZ):
+                return AbsInfo(Pad.now.get(code, 0), 0, 1023, 0, 0, 0)
+            return AbsInfo(Pad.now.get(code, 0), *stick_range, 16, 128, 0)
+
+        def active_keys(self):
+            return []
+
+        def read(self):
+            if not self.batches:
+                raise BlockingIOError
+            return iter(self.batches.pop(0))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(evdev, "list_devices", lambda: ["/dev/input/event7"])
+    monkeypatch.setattr(evdev, "InputDevice", Pad)
+    return Pad
+
+
+def test_gamepad_resyncs_after_the_kernel_dropped_events(monkeypatch):
+    from evdev import InputEvent, ecodes
+
+    pushed = [InputEvent(0, 0, ecodes.EV_ABS, ecodes.ABS_Y, -32768)]
+    dropped = [InputEvent(0, 0, ecodes.EV_SYN, ecodes.SYN_DROPPED, 0)]  # the recentring was among the lost
+    pad_class = _fake_evdev_pad(monkeypatch, [pushed, dropped])
+    pad = GamepadTeleop(backend="evdev", deadzone=0.05)
+    assert pad.poll().twist[0] == pytest.approx(1.0, abs=1e-4)
+    pad_class.now = {ecodes.ABS_Y: 0}  # where the stick really is now
+    assert not pad.poll().twist.any()  # never the stale full deflection
+
+
+def test_gamepad_with_an_empty_axis_range_is_refused_at_open(monkeypatch):
+    _fake_evdev_pad(monkeypatch, [], stick_range=(0, 0))
+    with pytest.raises(TeleopUnavailableError, match=r"empty range.*left_x"):
+        GamepadTeleop(backend="evdev")
 
 
 def test_gamepad_evdev_backend_with_a_fake_event_device(monkeypatch):

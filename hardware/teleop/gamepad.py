@@ -275,9 +275,22 @@ class _EvdevReader:
         self.device = self._open(evdev, device_path)
         self.name = self.device.name
         self.ranges, self.values = {}, {}
-        for code in self.axis_codes.values():
+        for field_name, code in self.axis_codes.items():
             info = self.device.absinfo(code)
+            if not info.max > info.min:  # read() would divide by nothing
+                self.device.close()
+                raise TeleopUnavailableError(
+                    f"gamepad {self.name!r} reports an empty range [{info.min}, {info.max}] for {field_name} "
+                    f"({getattr(layout, field_name)}): pass an EvdevLayout that names its real axes"
+                )
             self.ranges[code], self.values[code] = (info.min, info.max), info.value
+        self._resync()
+
+    def _resync(self) -> None:
+        """Read every axis and button from the device itself (at open, and after the kernel dropped events:
+        a release or recentring among them would otherwise leave a stick or button stuck)."""
+        for code in self.axis_codes.values():
+            self.values[code] = self.device.absinfo(code).value
         self.held = {code for code in self.device.active_keys() if code in self.button_codes}
 
     def _open(self, evdev, device_path: str | None):
@@ -309,7 +322,9 @@ class _EvdevReader:
         ecodes = self.ecodes
         with contextlib.suppress(BlockingIOError):  # no pending events
             for event in self.device.read():
-                if event.type == ecodes.EV_ABS and event.code in self.ranges:
+                if event.type == ecodes.EV_SYN and event.code == ecodes.SYN_DROPPED:
+                    self._resync()
+                elif event.type == ecodes.EV_ABS and event.code in self.ranges:
                     self.values[event.code] = event.value
                 elif event.type == ecodes.EV_KEY and event.code in self.button_codes:
                     (self.held.add if event.value else self.held.discard)(event.code)

@@ -66,6 +66,9 @@ EVENT_ACTIONS = frozenset({"success", "failure", "reset", "quit", "toggle_takeov
 
 # CSI sequences (ESC [ params final) and SS3 sequences (ESC O x), so their letters are not read as keys.
 ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1bO.|\x1b")
+# The start of such a sequence at the end of what was read: its rest arrives with the next read (over SSH,
+# or past the read cap), and its final letter must not be taken for a key then.
+INCOMPLETE_ESCAPE = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*|O)?\Z")
 READ_CHUNK = 4096
 MAX_READS_PER_POLL = 64
 
@@ -114,6 +117,7 @@ class KeyboardTeleop(TeleopDevice):
         self._press_sign = torch.zeros(6)
         self._last_gripper_toggle = -math.inf
         self._saved_attributes = None
+        self._partial_escape = ""  # an escape sequence cut by the end of the last read
         self._configure_terminal(intercept_ctrl_c)
 
     def _configure_terminal(self, intercept_ctrl_c: bool) -> None:
@@ -191,4 +195,7 @@ class KeyboardTeleop(TeleopDevice):
                 self.connected = False
                 break
             chunks.append(data)
-        return ESCAPE_SEQUENCE.sub("", b"".join(chunks).decode("utf-8", errors="ignore"))
+        text = self._partial_escape + b"".join(chunks).decode("utf-8", errors="ignore")
+        cut = INCOMPLETE_ESCAPE.search(text)
+        self._partial_escape, text = (text[cut.start() :], text[: cut.start()]) if cut else ("", text)
+        return ESCAPE_SEQUENCE.sub("", text)

@@ -234,7 +234,11 @@ class SpaceMouseTeleop(TeleopDevice):
                 new = parse_report(report, self._state)
             except ValueError as error:
                 self.malformed_reports += 1
-                log.debug("ignoring malformed SpaceMouse report: %s", error)
+                log.debug("malformed SpaceMouse report: %s", error)
+                if report[:1] in (bytes([TRANSLATION_REPORT]), bytes([ROTATION_REPORT])):
+                    # the device reports only changes: the lost report may have been the return to rest, so
+                    # the cap reads as at rest (never as the last deflection) until its next motion report
+                    self._state = replace(self._state, translation=(0, 0, 0), rotation=(0, 0, 0))
                 return
             pressed = new.buttons & ~self._state.buttons
             self._state = new
