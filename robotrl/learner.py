@@ -217,7 +217,7 @@ class Learner:
         if not new:
             return
         written = self.storage.load_demos(
-            lambda offline: load_demos(new, offline, self.obs_spec, self.action_dim, self.frame_stack)
+            lambda offline: load_demos(new, offline, self.obs_spec, self.action_dim, self.frame_stack, self.env_name)
         )
         self.demos_loaded += new
         log.info("offline buffer: %d demonstration transitions from %d datasets", written, len(new))

@@ -149,6 +149,37 @@ def test_append_rejects_episodes_that_do_not_fit_naming_the_field(tmp_path):
     assert len(ds) == 0 and not list((ds.root / "episodes").iterdir())
 
 
+def test_an_append_never_reuses_the_file_of_an_episode_still_on_disk(filled):
+    ds, _ = filled
+    index = json.loads((ds.root / "dataset.json").read_text())
+    del index["episodes"][1]  # an episode taken out of the index by hand: only listed files count
+    (ds.root / "dataset.json").write_text(json.dumps(index))
+    ds = EpisodeDataset.open(ds.root)
+    path = ds.append(make_episode(4, seed=4))
+    assert path.name == "episode_000003.safetensors"  # not episode_000002, which the index still lists
+    assert len(EpisodeDataset.open(ds.root)) == 3 and len(ds.load_all()) == 3
+
+
+def test_demos_load_all_or_nothing_and_only_into_the_task_and_dtypes_they_were_recorded_for(filled, tmp_path):
+    from robotrl.data.replay import ReplayBuffer
+    from robotrl.hil.setup import load_demos
+
+    ds, _ = filled
+    offline = ReplayBuffer(SPEC, ACTION_DIM, 100)
+    with pytest.raises(ValueError, match="recorded on task 'panda_reach', this run trains 'panda_push'"):
+        load_demos([str(ds.root)], offline, SPEC, ACTION_DIM, task="panda_push")
+    as_floats = {**SPEC, "pixels_front": TensorSpec((3, 8, 6))}  # float images: a buffer would cast silently
+    with pytest.raises(ValueError, match=r"'pixels_front' has dtype torch\.uint8, the env's torch\.float32"):
+        load_demos([str(ds.root)], ReplayBuffer(as_floats, ACTION_DIM, 100), as_floats, ACTION_DIM)
+    (ds.root / "episodes" / "episode_000002.safetensors").write_bytes(b"torn")
+    good = EpisodeDataset.create(tmp_path / "good", SPEC, ACTION_DIM, {"task": "panda_reach"})
+    good.append(make_episode(3, seed=9))
+    with pytest.raises(Exception, match="episode_000002"):
+        load_demos([str(good.root), str(ds.root)], offline, SPEC, ACTION_DIM, task="panda_reach")
+    assert len(offline) == 0  # the good dataset before the bad one was not loaded either
+    assert load_demos([str(good.root)], offline, SPEC, ACTION_DIM, task="panda_reach") == 3
+
+
 # -- crashes and corruption ------------------------------------------------------------------------------
 def test_the_index_is_written_last_so_a_crash_mid_append_keeps_the_previous_dataset(filled, monkeypatch):
     ds, episodes = filled

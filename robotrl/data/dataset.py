@@ -420,7 +420,7 @@ class EpisodeDataset:
             episode.validate(self.obs_spec, self.action_dim)
         except ValueError as err:
             raise ValueError(f"{self.root}: episode does not fit this dataset: {err}") from None
-        file = f"{EPISODE_DIR}/episode_{len(self._entries):06d}.safetensors"
+        file = f"{EPISODE_DIR}/episode_{self._next_file_number():06d}.safetensors"
         data = _episode_bytes(episode)
         path = self.root / file
         write_atomic(path, data)
@@ -432,6 +432,13 @@ class EpisodeDataset:
             self._entries.pop()  # the index on disk still names the previous episodes only
             raise
         return path
+
+    def _next_file_number(self) -> int:
+        """One past every episode file's number, listed or on disk: the count of entries would reuse the name of
+        a listed file once an entry was removed from the index, or of a file whose index write failed."""
+        names = [e.file for e in self._entries] + [p.name for p in (self.root / EPISODE_DIR).glob("episode_*")]
+        numbers = [int(m.group(1)) for n in names if (m := re.search(r"episode_(\d+)\.safetensors$", n))]
+        return max(numbers, default=-1) + 1
 
     def load(self, index: int) -> Episode:
         """Episode `index` (negative counts from the end), after checking its file's checksum and contents."""

@@ -43,20 +43,30 @@ def wrap_for_hil(env, hil: HILConfig):
     return InterventionEnv(env, operator)
 
 
-def load_demos(paths: list[str], offline: ReplayBuffer, obs_spec, action_dim: int, frame_stack: int = 1) -> int:
+def load_demos(
+    paths: list[str],
+    offline: ReplayBuffer,
+    obs_spec,
+    action_dim: int,
+    frame_stack: int = 1,
+    task: str | None = None,
+) -> int:
     """Write every episode of the datasets at `paths` into `offline`; returns the transitions written.
 
-    Each dataset is checked against the env (keys, shapes, action size) and fully verified before any of
-    its episodes is used. Images are recorded one frame per step and stacked here as the env stacks them.
+    Every dataset is checked against the env (its task where both name one, keys, shapes, dtypes, action
+    size) and fully verified before any episode of any of them is used: a bad one leaves `offline` as it
+    was. Images are recorded one frame per step and stacked here as the env stacks them.
     """
     from robotrl.data.dataset import EpisodeDataset
 
     images = pixel_keys(obs_spec)
-    written = 0
+    loaded = []
     for path in paths:
         dataset = EpisodeDataset.open(path)
-        _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack)
-        episodes = dataset.load_all()
+        _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task)
+        loaded.append((path, dataset, dataset.load_all()))
+    written = 0
+    for path, dataset, episodes in loaded:
         for episode in episodes:
             add_episode(offline, episode, images, frame_stack)
             written += len(episode)
@@ -64,7 +74,10 @@ def load_demos(paths: list[str], offline: ReplayBuffer, obs_spec, action_dim: in
     return written
 
 
-def _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack) -> None:
+def _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task) -> None:
+    recorded_task = dataset.metadata.get("task")
+    if task is not None and recorded_task is not None and recorded_task != task:
+        raise ValueError(f"dataset {path} was recorded on task {recorded_task!r}, this run trains {task!r}")
     if dataset.action_dim != action_dim:
         raise ValueError(f"dataset {path}: actions have {dataset.action_dim} entries, the task's {action_dim}")
     for key, spec in obs_spec.items():
@@ -77,4 +90,8 @@ def _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack) 
         if recorded != expected:
             raise ValueError(
                 f"dataset {path}: observation {key!r} has shape {list(recorded)}, the env's {list(expected)}"
+            )
+        if dataset.obs_spec[key].dtype != spec.dtype:  # a buffer would cast silently (float images to 0/1)
+            raise ValueError(
+                f"dataset {path}: observation {key!r} has dtype {dataset.obs_spec[key].dtype}, the env's {spec.dtype}"
             )

@@ -147,7 +147,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     replay = make_replay(cfg, env, agent.replay_n_step, device)
     # a resumed replay holds them already, unless the checkpoints were taken without it
     if isinstance(replay, MixedReplay) and cfg.hil.demos and not (resume and cfg.checkpoint_replay):
-        load_demos(cfg.hil.demos, replay.offline, env.obs_spec, env.action_dim, frame_stack_of(env))
+        load_demos(cfg.hil.demos, replay.offline, env.obs_spec, env.action_dim, frame_stack_of(env), env.name)
     update_every = getattr(cfg.agent, "update_every", 1)
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
     if resume:
