@@ -202,6 +202,11 @@ def test_ensemble_weights_follow_chunk_age():
     torch.testing.assert_close(ensemble_weights(valid[:1], 0.0)[0], torch.full((3,), 1 / 3))
 
 
+def test_ensemble_weights_stay_finite_for_a_strong_preference_of_new_plans():
+    w = ensemble_weights(torch.ones(1, 10, dtype=torch.bool), -10.0)  # exp(90) overflows float32
+    assert torch.isfinite(w).all() and w.sum().item() == pytest.approx(1.0) and w[0, -1] > 0.99
+
+
 def test_temporal_ensembling_averages_overlapping_constant_chunks():
     m = 0.5
     ex = ChunkExecution(1, 3, 1, "ensemble", m, torch.device("cpu"))

@@ -246,3 +246,17 @@ def test_drqv2_trains_from_pixels_through_the_cli(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["env_steps"] == 240
     bad = run_module("robotrl.train", "agent=drqv2", "task=panda_reach", "progress=false", check=False)
     assert bad.returncode != 0 and "task.obs=pixels" in bad.stderr
+
+
+def test_the_actor_loss_passes_gradient_through_the_action_clamp():
+    """DrQ-v2's TruncatedNormal is straight-through: a noisy action beyond +-1 still moves the actor's mean."""
+    agent = DrQv2(
+        DrQv2Config(conv_layers=2, conv_stride=2, hidden=[16]), {"pixels": TensorSpec((9, 64, 64), torch.uint8)}, 2
+    )
+    mean = torch.full((4096, 2), 0.95, requires_grad=True)
+    action = agent._perturb(mean, torch.tensor(1.0), straight_through=True)
+    assert action.abs().max() <= 1.0 and (action == 1.0).float().mean() > 0.2  # many samples clamped
+    action.sum().backward()
+    assert torch.equal(mean.grad, torch.ones_like(mean))
+    hard = agent._perturb(mean.detach().requires_grad_(), torch.tensor(1.0))
+    assert hard.abs().max() <= 1.0  # the target's (no gradient needed) stays a plain clamp

@@ -453,6 +453,21 @@ def test_chunk_critic_and_drqv2_learn_from_mixed_batches_with_behaviour_cloning(
     assert torch.isfinite(drq.update(batch)["bc_loss"])
 
 
+def test_chunk_cloning_imitates_only_the_recorded_steps_of_a_chunk():
+    from robotrl.agents.base import behaviour_cloning_loss
+    from robotrl.agents.chunk import ChunkConfig, ChunkCritic
+
+    chunk = ChunkCritic(ChunkConfig(chunk_len=3, actor_hidden=[16], critic_hidden=[16], bc_weight=1.0), SPEC, 2)
+    batch = _mixed(SPEC, 2, n_step=3).sample(64)
+    assert not batch.valid.all()  # some chunks run past an episode's end, padded with its last action
+    entries = chunk.recorded_entries(batch, batch.demo)
+    assert entries.shape == (64, 6)
+    assert torch.equal(entries, batch.demo[:, None] & batch.valid.repeat_interleave(2, dim=1))
+    policy = torch.zeros(64, 6, requires_grad=True)
+    behaviour_cloning_loss(policy, chunk.batch_action(batch), entries).backward()
+    assert (policy.grad[~entries] == 0).all() and (policy.grad[entries] != 0).any()  # padding pulls nothing
+
+
 def test_q_filter_clones_only_the_recorded_actions_the_critic_rates_higher():
     agent = SAC(SACConfig(actor_hidden=[16], critic_hidden=[16], bc_weight=1.0, bc_q_filter=True), SPEC, 2)
     features = agent.encoder({"x": torch.randn(256, 3)})

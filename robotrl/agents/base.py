@@ -67,11 +67,13 @@ class Agent(nn.Module, ABC):
 
 
 def behaviour_cloning_loss(policy_action: torch.Tensor, recorded: torch.Tensor, demo: torch.Tensor) -> torch.Tensor:
-    """Mean squared distance [] of the policy's actions to the recorded ones over the `demo` rows ([B] bool);
-    0 (still differentiable) when the batch holds none."""
-    mask = demo.to(policy_action.dtype).unsqueeze(-1)
+    """Mean squared distance [] of the policy's actions to the recorded ones over the `demo` rows ([B] bool),
+    or over the `demo` entries ([B, A] bool: a chunk's steps that were recorded); 0 (still differentiable)
+    when the batch holds none."""
+    mask = demo if demo.dim() == policy_action.dim() else demo.unsqueeze(-1)
+    mask = mask.to(torch.float32).expand_as(policy_action)
     squared = (policy_action.float() - recorded.float()).pow(2) * mask
-    return squared.sum() / (mask.sum() * policy_action.shape[-1]).clamp(min=1.0)
+    return squared.sum() / mask.sum().clamp(min=1.0)
 
 
 def bc_weight_at(start: float, final: float | None, decay_updates: int, updates: int) -> float:

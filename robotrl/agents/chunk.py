@@ -144,6 +144,12 @@ class ChunkCritic(SAC):
     def batch_action(self, batch: Batch) -> torch.Tensor:
         return batch.actions.flatten(1)
 
+    def recorded_entries(self, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+        """[B, h * action_dim]: a chunk past its episode's end repeats the last recorded action as padding,
+        which the critic's masked return ignores and which cloning must not imitate either."""
+        steps = batch.valid.repeat_interleave(self.action_dim, dim=1)
+        return rows.unsqueeze(-1) & steps
+
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """SAC's update on whole chunks: the critic regresses Q(s_t, chunk) on the masked h'-step return
         plus the discounted soft value after the sequence (`batch.reward`, `batch.discount`)."""

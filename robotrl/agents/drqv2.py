@@ -176,9 +176,13 @@ class DrQv2(Agent):
     def _policy_sample(self, image: torch.Tensor, state: torch.Tensor | None, std: torch.Tensor) -> torch.Tensor:
         return self._perturb(self.actor(image, state).float(), std)
 
-    def _perturb(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        noise = clipped_noise(mean.shape, std, self.cfg.std_clip, mean.device)
-        return (mean + noise).clamp(-1.0, 1.0)
+    def _perturb(self, mean: torch.Tensor, std: torch.Tensor, straight_through: bool = False) -> torch.Tensor:
+        """`mean` plus clipped noise, clamped to [-1, 1]. With `straight_through` (the actor's loss) the clamp
+        passes its gradient on, as DrQ-v2's TruncatedNormal does: a hard clamp gave every sample beyond a
+        bound no gradient at all, even where the critic pulls the action back inside."""
+        noisy = mean + clipped_noise(mean.shape, std, self.cfg.std_clip, mean.device)
+        clamped = noisy.clamp(-1.0, 1.0)
+        return noisy + (clamped - noisy).detach() if straight_through else clamped
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """A critic (and encoder) step on augmented observations, then an actor step on detached features."""
@@ -204,7 +208,7 @@ class DrQv2(Agent):
         with self._autocast():
             image, state = image.detach(), None if state is None else state.detach()
             mean = self.actor(image, state).float()
-            actor_q = full_precision_min(self.critic(image, state, self._perturb(mean, std)))
+            actor_q = full_precision_min(self.critic(image, state, self._perturb(mean, std, straight_through=True)))
             actor_loss = -actor_q.mean()
             bc_loss = None
             cfg = self.cfg

@@ -281,6 +281,10 @@ class SAC(Agent):
         """What the critic scores for each transition of `batch`: its action [B, action_dim]."""
         return batch.action
 
+    def recorded_entries(self, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+        """Which entries of `batch_action` behaviour cloning imitates, given the demo `rows` ([B] bool)."""
+        return rows
+
     @torch.no_grad()
     def td_target(self, batch: Batch, alpha: torch.Tensor) -> torch.Tensor:
         """[B, 1]: the (n-step) reward plus the discounted soft value of the next observation, under the
@@ -310,7 +314,7 @@ class SAC(Agent):
             recorded, demo = self.batch_action(batch), batch.demo
             if self.cfg.bc_q_filter:
                 demo = demo & self._prefers_recorded(features, recorded, policy.mode.detach())
-            bc_loss = behaviour_cloning_loss(policy.mode, recorded, demo)
+            bc_loss = behaviour_cloning_loss(policy.mode, recorded, self.recorded_entries(batch, demo))
             actor_loss = actor_loss + bc_weight * bc_loss
         return actor_loss, log_prob.detach(), bc_loss
 

@@ -16,6 +16,7 @@ returns the same action, ensembling replaces this step's plan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -26,8 +27,8 @@ EXECUTIONS = ("open_loop", "ensemble")
 def ensemble_weights(valid: torch.Tensor, decay: float) -> torch.Tensor:
     """Normalized weights [E, h] over chunk ages (column k: planned k steps ago) for the `valid` ones."""
     ages = torch.arange(valid.shape[1], device=valid.device, dtype=torch.float32)
-    weights = torch.exp(-decay * ages) * valid
-    return weights / weights.sum(1, keepdim=True)
+    # normalized in log space: exp(-decay * age) overflows float32 for a strongly negative decay (inf / inf)
+    return torch.softmax((-decay * ages).masked_fill(~valid, -math.inf), dim=1)
 
 
 class ChunkExecution:
