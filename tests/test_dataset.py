@@ -278,6 +278,13 @@ def test_contents_are_checked_even_when_the_checksum_matches(filled):
     with pytest.raises(DatasetError, match="holds 4 steps, the index says 5"):
         EpisodeDataset.open(ds.root).load(2)
 
+    tensors = episode_tensors(episodes[2])
+    recorded = bool(tensors["success"].any())
+    tensors["success"] = torch.full_like(tensors["success"], not recorded)  # the index says otherwise
+    rewrite_with_checksum(ds, 2, tensors)
+    with pytest.raises(DatasetError, match=f"success {not recorded} and .* the index says {recorded} and"):
+        EpisodeDataset.open(ds.root).load(2)
+
 
 def test_a_missing_or_damaged_index_or_episode_file_fails_open_naming_it(filled, tmp_path):
     ds, _ = filled

@@ -499,6 +499,12 @@ class EpisodeDataset:
             raise DatasetError(path, f"invalid contents: {err}") from None
         if len(episode) != entry.length:
             raise DatasetError(path, f"holds {len(episode)} steps, the index says {entry.length}")
+        if episode.success_any != entry.success or episode.num_interventions != entry.interventions:
+            raise DatasetError(
+                path,
+                f"success {episode.success_any} and {episode.num_interventions} interventions, the index says "
+                f"{entry.success} and {entry.interventions}",
+            )
         return episode
 
 
