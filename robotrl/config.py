@@ -56,7 +56,7 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("learning_starts", "threads"):
+        for name in ("learning_starts", "threads", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):

@@ -41,10 +41,19 @@ def _resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
                 continue
             if key == "backend" and value == saved.task.get("backend"):
                 continue
+            if key not in ("agent", "task", "backend") and _unchanged(saved, key, value):
+                continue  # the original command line with resume= added
             raise ValueError(f"cannot change {key!r} when resuming {run_dir}; start a new run instead")
         saved.merge_with(OmegaConf.from_dotlist([f"{key}={value}"]))
     saved.resume = str(run_dir)
     return saved
+
+
+def _unchanged(saved: DictConfig, key: str, value: str) -> bool:
+    """Whether the override `key=value` gives `key` the value the saved config already has."""
+    current = OmegaConf.select(saved, key, default=None)
+    given = OmegaConf.from_dotlist([f"{key}={value}"])
+    return current is not None and OmegaConf.select(given, key) == current
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
@@ -57,8 +66,10 @@ def run(cfg: DictConfig) -> dict[str, float]:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         apply_backend(cfg)  # the saved config's task.backend is the simulator the run used
     train_cfg = to_train_config(cfg)
-    if not cfg.resume:
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    # on resume too: a setting changed there (total_steps) must hold for the next resume of the same run
+    saved = cfg.copy()
+    saved.resume = None
+    OmegaConf.save(saved, run_dir / "config.yaml", resolve=True)
     log.info("run directory: %s", run_dir.resolve())
     return train(train_cfg, run_dir, resume=bool(cfg.resume))
 

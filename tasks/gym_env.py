@@ -76,7 +76,7 @@ class GymVecEnv:
         self.action_dim = low.size
         self._action_shape = action_space.shape
         self._low = low.astype(np.float64)
-        self._scale = (high - low).astype(np.float64) / 2.0
+        self._scale = (high.astype(np.float64) - self._low) / 2.0  # float32's width of +-3.4e38 overflows
         self.obs_spec = _obs_spec_of(first.observation_space, cfg.env_id)
         self._dict_obs = isinstance(first.observation_space, gym.spaces.Dict)
         self.has_success = False  # becomes True once an env reports `success` or `is_success`

@@ -55,6 +55,25 @@ def test_bad_actions_are_rejected_with_the_task_and_value():
         env.step(torch.tensor([[0.0], [1.5]]))
 
 
+class WideBoundsEnv(ShapeShiftingEnv):
+    """Finite bounds whose float32 width (2 * 3.4e38) overflows."""
+
+    action_space = gym.spaces.Box(-np.finfo(np.float32).max, np.finfo(np.float32).max, (1,))
+
+    def step(self, action):
+        return np.zeros(3, dtype=np.float32), float(action[0]), False, False, {}
+
+
+gym.register("robotrl_test/WideBounds-v0", WideBoundsEnv)
+
+
+def test_actions_stay_finite_for_bounds_at_the_float32_limit():
+    env = make_env(GymTaskConfig(env_id="robotrl_test/WideBounds-v0"))
+    env.reset(seed=0)
+    assert env.step(torch.zeros(1, 1)).reward.item() == 0.0  # the middle of the range, not inf
+    assert env.step(torch.ones(1, 1)).reward.item() == pytest.approx(float(np.finfo(np.float32).max), rel=1e-6)
+
+
 def test_discrete_action_space_is_refused():
     with pytest.raises(ValueError, match=r"CartPole-v1.*Discrete\(2\).*continuous"):
         make_env(GymTaskConfig(env_id="CartPole-v1"))

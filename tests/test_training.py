@@ -39,6 +39,8 @@ def test_config_errors_name_the_key_or_list_the_options():
     assert "total_steps" in str(err.value.__cause__)
     with pytest.raises(ValueError, match="eval_episodes must be >= 1"):
         to_train_config(_compose("eval_episodes=0"))
+    with pytest.raises(ValueError, match="seed must be >= 0, got -5"):  # gymnasium refused it later, unnamed
+        to_train_config(_compose("seed=-5"))
     cfg = to_train_config(_compose("task=gym", "task.env_id=HalfCheetah-v5", "agent.num_critics=4"))
     assert cfg.task.env_id == "HalfCheetah-v5" and cfg.agent.num_critics == 4
 
@@ -95,6 +97,10 @@ def test_resume_after_sigkill_continues_the_same_run(tmp_path):
 
     with pytest.raises(AssertionError, match="cannot change 'seed'"):
         run_module("robotrl.train", f"resume={run_dir}", "seed=5")
+    # the original command line with resume= added: unchanged fixed keys are accepted; the run is complete
+    rows_before = (run_dir / "metrics.csv").read_text()
+    run_module("robotrl.train", *args, f"resume={run_dir}", "seed=1")
+    assert (run_dir / "metrics.csv").read_text() == rows_before  # no second final evaluation
 
 
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -220,7 +226,7 @@ def test_batched_collection_adds_one_batch_per_step_and_keeps_utd_per_env_step(t
             *args,
             "num_envs=4",
             "total_steps=400",
-            "learning_starts=200",
+            "learning_starts=202",  # not a multiple of num_envs: the first batch is partly before it
             "agent.utd_ratio=2",
             "eval_interval=100000",
             "checkpoint_interval=100000",
@@ -229,7 +235,7 @@ def test_batched_collection_adds_one_batch_per_step_and_keeps_utd_per_env_step(t
     )
     summary = train(cfg, tmp_path)
     assert summary["env_steps"] == 400 and batches == [4] * 100
-    assert summary["updates"] == 2 * (400 - 200)  # as with one env: utd_ratio updates per env step
+    assert summary["updates"] == 2 * (400 - 202)  # as with one env: utd_ratio updates per env step past it
 
 
 def test_a_num_envs_the_machine_cannot_hold_fails_before_training_with_the_memory_needed(tmp_path):

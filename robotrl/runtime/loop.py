@@ -155,6 +155,11 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         counters.update(load_checkpoint(path, agent, replay if cfg.checkpoint_replay else None))
         agent.num_updates = counters["updates"]
         log.info("resumed from %s at env step %d", path, counters["env_step"])
+        finished = run_dir / "summary.json"
+        if counters["env_step"] >= cfg.total_steps and finished.exists():  # its final evaluation is in already
+            log.info("the run is complete at %d env steps (total_steps=%d)", counters["env_step"], cfg.total_steps)
+            env.close()
+            return json.loads(finished.read_text())
 
     writer = MetricsWriter(run_dir, resume_step=counters["env_step"] if resume else None)
     update_metrics = UpdateMetrics()
@@ -177,12 +182,18 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         return result
 
     def checkpoint(step: int) -> None:
+        counters["updates"] = agent.num_updates  # also mid-step (an interrupt among a step's updates)
         writer.write(step, update_metrics.flush(step))  # raises on a non-finite loss: nothing is saved
         save_checkpoint(
             ckpt_root, step, agent, replay if cfg.checkpoint_replay else None, dict(counters), keep=cfg.keep_checkpoints
         )
 
     step = counters["env_step"]
+    # updates start after learning_starts env steps; resumed without its replay, once the replay holds that
+    # many again (at least a batch): a run must never train on a handful of rows
+    update_start = cfg.learning_starts
+    if resume and not cfg.checkpoint_replay:
+        update_start = step + max(cfg.learning_starts, cfg.agent.batch_size)
     start_time = time.perf_counter()
     obs = env.reset(seed=cfg.seed + step)
     agent.reset_exploration(cfg.num_envs)  # every env starts an episode here (also after a resume)
@@ -216,8 +227,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             prev, step = step, step + cfg.num_envs
             counters["env_step"] = step
 
-            if step > cfg.learning_starts:  # utd_ratio updates per `update_every` env steps
-                rounds = step // update_every - prev // update_every
+            if step > update_start:  # utd_ratio updates per `update_every` env steps past update_start
+                rounds = step // update_every - max(prev, update_start) // update_every
                 for _ in range(cfg.agent.utd_ratio * rounds):
                     update_metrics.add(agent.update(replay.sample(cfg.agent.batch_size)))
                 counters["updates"] = agent.num_updates

@@ -56,7 +56,8 @@ class MetricsWriter:
             self._csv.writerow(["step", "key", "value"])
         from torch.utils.tensorboard import SummaryWriter
 
-        self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=resume_step)
+        # events after the checkpoint's step are dropped, as from the CSV; those at it were written before it
+        self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=None if resume_step is None else resume_step + 1)
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         for key, value in scalars.items():
