@@ -40,8 +40,11 @@ LEARNER = [
 
 
 # the HIL run's own settings: a BC term of weight 10 holds the policy near the demos while the critic is poor;
-# 3-step returns carry the sparse reward back faster (final success 0.88 with 1-step, 0.96 with 3-step)
-HIL = {"agent.bc_weight": "10.0", "agent.n_step": "3"}
+# 3-step returns carry the sparse reward back faster (final success 0.88 with 1-step, 0.96 with 3-step); the
+# Q-filter clones a demonstrated action only where the critic rates it above the policy's own, so the demos
+# stop holding the policy at the demonstrator's pace once it finds faster (seed 1, 30k steps: success 0.96 ->
+# 0.98, cycle ratio 1.42 -> 1.45; 50k steps: 1.0 and 1.60)
+HIL = {"agent.bc_weight": "10.0", "agent.n_step": "3", "agent.bc_q_filter": "true"}
 
 
 def hil_overrides(extra: list[str]) -> list[str]:
@@ -134,7 +137,7 @@ def main() -> None:
     from robotrl.runtime.metrics import read_metrics
 
     args = parse_args("HIL (demos + operator) vs RL alone vs BC on panda_pick_cube", extra_args)
-    steps = args.steps or (3_000 if args.quick else 30_000)
+    steps = args.steps or (3_000 if args.quick else 50_000)
     eval_interval = args.eval_interval or (1_500 if args.quick else 2_000)
     eval_episodes = args.eval_episodes or (5 if args.quick else 50)
     bc_updates = args.bc_updates or (500 if args.quick else 5_000)
