@@ -148,7 +148,7 @@ def _finish_interrupted_replace(ckpt_root: Path) -> None:
     removing the old copy and renaming the new one: finish that rename before anything touches temp dirs."""
     pointer = ckpt_root / LATEST
     name = pointer.read_text().strip() if pointer.exists() else ""
-    if not name.startswith(".tmp_step_"):
+    if not name.startswith(".tmp_step_") or not (ckpt_root / name).is_dir():
         return
     final = ckpt_root / name.removeprefix(".tmp_").rsplit("_", 1)[0]
     shutil.rmtree(final, ignore_errors=True)
