@@ -173,8 +173,8 @@ class Learner:
         self.board = WeightsBoard(incarnation=secrets.token_hex(4))
         self.service = LearnerService(spec, self.storage, self.wal, self.board)
         self.clock_steps = 0  # env steps the agent's exploration clock has counted
-        self.resumed = self._restore()
         self.env_name = task_name
+        self.resumed = self._restore()
         self.server = None
         self.port: int | None = None
         self._alive: set[str] = set()

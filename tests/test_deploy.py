@@ -113,6 +113,7 @@ def test_deploy_runs_the_policy_through_the_shield_and_records_an_mcap_bag(run_d
             "/forward_position_controller/commands": "std_msgs/msg/Float64MultiArray",
             "/gripper_controller/commands": "std_msgs/msg/Float64MultiArray",
             "/estop": "std_msgs/msg/Bool",
+            "/estop_ack": "std_msgs/msg/Bool",  # recorded, though nobody acknowledged anything here
         }
         for connection, _, raw in reader.messages():
             counts[connection.topic] = counts.get(connection.topic, 0) + 1
