@@ -607,7 +607,12 @@ class RobotEnv(gym.Env):
                         return
                     except ShieldResetError as error:
                         if "e-stop" in str(error) or time.monotonic() > deadline:
-                            raise ShieldResetError(f"robot env reset: {error}") from error
+                            how = (
+                                f" (publish std_msgs/Bool true on {self.cfg.estop_ack_topic})"
+                                if "not acknowledged" in str(error) and self.cfg.estop_ack_topic
+                                else ""
+                            )
+                            raise ShieldResetError(f"robot env reset: {error}{how}") from error
             if time.monotonic() > deadline:
                 raise ResetTimeoutError("the shield did not come to rest for reset()")
             time.sleep(0.01)
