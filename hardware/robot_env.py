@@ -50,7 +50,7 @@ import mujoco
 from robotrl.hardware.realtime import RealtimeError, check_priority, lock_memory, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
 
-from robotrl.safety import Shield, ShieldConfig, ShieldResetError
+from robotrl.safety import EStopLatchedError, Shield, ShieldConfig, ShieldResetError
 
 log = logging.getLogger(__name__)
 
@@ -605,14 +605,14 @@ class RobotEnv(gym.Env):
                         self.shield.reset(state.position, state.received_at, now)
                         self._started = True
                         return
+                    except EStopLatchedError as error:  # only the operator can clear it: no point waiting
+                        how = ""
+                        if not error.pressed and self.cfg.estop_ack_topic:
+                            how = f" (publish std_msgs/Bool true on {self.cfg.estop_ack_topic})"
+                        raise EStopLatchedError(f"robot env reset: {error}{how}", error.pressed) from error
                     except ShieldResetError as error:
-                        if "e-stop" in str(error) or time.monotonic() > deadline:
-                            how = (
-                                f" (publish std_msgs/Bool true on {self.cfg.estop_ack_topic})"
-                                if "not acknowledged" in str(error) and self.cfg.estop_ack_topic
-                                else ""
-                            )
-                            raise ShieldResetError(f"robot env reset: {error}{how}") from error
+                        if time.monotonic() > deadline:
+                            raise ShieldResetError(f"robot env reset: {error}") from error
             if time.monotonic() > deadline:
                 raise ResetTimeoutError("the shield did not come to rest for reset()")
             time.sleep(0.01)

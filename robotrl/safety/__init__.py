@@ -3,11 +3,13 @@
 from robotrl.safety.config import ShieldConfig, ShieldConfigError
 from robotrl.safety.corrections import CORRECTION_KINDS
 from robotrl.safety.kinematics import KinematicChain, MJCFError
-from robotrl.safety.shield import SafeCommand, Shield, ShieldResetError
+from robotrl.safety.shield import EStopLatchedError, SafeCommand, Shield, ShieldResetError
 from robotrl.safety.workspace import WorkspaceBox
 
 __all__ = [
     "CORRECTION_KINDS",
+    "EStopLatchedError",
+    "EStopLatchedError",
     "KinematicChain",
     "MJCFError",
     "SafeCommand",

@@ -30,6 +30,15 @@ class ShieldResetError(RuntimeError):
     """reset() was refused: the e-stop is pressed or not acknowledged, or the joint state is not fresh."""
 
 
+class EStopLatchedError(ShieldResetError):
+    """reset() or acknowledge_estop() was refused by the e-stop: waiting cannot clear it, only the operator
+    (`pressed`: still held down; else released but not acknowledged)."""
+
+    def __init__(self, message: str, pressed: bool):
+        super().__init__(message)
+        self.pressed = pressed
+
+
 @dataclass(frozen=True)
 class SafeCommand:
     target: torch.Tensor  # joint position setpoint for this control period, float64 [n]
@@ -113,7 +122,7 @@ class Shield:
         restart motion (as ISO 13850 asks of machines): an episode's automatic reset would otherwise drive the
         arm again with nobody having decided so."""
         if self._estop_pressed:
-            raise ShieldResetError("the e-stop is still pressed: release it, then acknowledge")
+            raise EStopLatchedError("the e-stop is still pressed: release it, then acknowledge", pressed=True)
         self._estop_acknowledged = self._estop_latched
 
     def reset(
@@ -126,9 +135,13 @@ class Shield:
         """Start (or restart after a latch) from the measured joint state, at rest, holding it."""
         _check_time(now)
         if self._estop_pressed:
-            raise ShieldResetError("the e-stop is still pressed: release it, acknowledge it, then reset()")
+            raise EStopLatchedError(
+                "the e-stop is still pressed: release it, acknowledge it, then reset()", pressed=True
+            )
         if self._estop_latched and not self._estop_acknowledged:
-            raise ShieldResetError("the e-stop was released but not acknowledged: acknowledge_estop(), then reset()")
+            raise EStopLatchedError(
+                "the e-stop was released but not acknowledged: acknowledge_estop(), then reset()", pressed=False
+            )
         if self._started and not self.at_rest:
             # restarting at rest from a moving setpoint would be a velocity jump: let the brake finish
             raise ShieldResetError("the setpoint is still braking: call filter() until at_rest, then reset()")
