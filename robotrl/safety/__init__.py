@@ -9,7 +9,6 @@ from robotrl.safety.workspace import WorkspaceBox
 __all__ = [
     "CORRECTION_KINDS",
     "EStopLatchedError",
-    "EStopLatchedError",
     "KinematicChain",
     "MJCFError",
     "SafeCommand",
