@@ -78,9 +78,11 @@ class Driver:
             self.expert = expert_of(env)
             self.generator = torch.Generator().manual_seed(cfg.seed)
         else:
+            from robotrl.hil.scripted_operator import world_to_action_of
             from robotrl.hil.teleop import make_teleop
 
             self.device = make_teleop(cfg.teleop)
+            self.to_action_frame = world_to_action_of(env)  # the device moves in world axes
 
     def action(self) -> tuple[torch.Tensor, frozenset[str]]:
         """([1, A] action, events of this step)."""
@@ -94,7 +96,10 @@ class Driver:
         command = self.device.poll()
         if not command.connected:
             raise Stop(f"teleop device {self.cfg.teleop} disconnected")
-        return command_to_action(command, self.env.action_dim, self.cfg.gain).unsqueeze(0), command.events
+        action = command_to_action(command, self.env.action_dim, self.cfg.gain).unsqueeze(0)
+        if self.to_action_frame is not None:
+            action = self.to_action_frame(action)
+        return action, command.events
 
     def close(self) -> None:
         if self.device is not None:

@@ -7,6 +7,7 @@ shares: action validation, the control-rate loop, time limits and automatic rese
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -58,6 +59,16 @@ class ArmTask(ABC):
             raise ValueError(f"task.control_substeps must be >= 1, got {cfg.control_substeps}")
         if cfg.episode_steps is not None and cfg.episode_steps < 1:
             raise ValueError(f"task.episode_steps must be >= 1, got {cfg.episode_steps}")
+        for name in ("max_ee_step", "max_joint_step", "success_threshold"):
+            value = getattr(cfg, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"task.{name} must be a finite number > 0, got {value!r}")
+        for name in ("render_width", "render_height"):
+            if getattr(cfg, name) < 1:
+                raise ValueError(f"task.{name} must be >= 1, got {getattr(cfg, name)}")
+        control = cfg.control or self.default_control
+        if cfg.relative_frame and control != "ee_delta":
+            raise ValueError(f"task.relative_frame=true rotates ee_delta actions; task.control is {control}")
         if cfg.obs not in OBS_MODES:
             raise ValueError(f"task.obs must be one of {', '.join(OBS_MODES)}, got {cfg.obs!r}")
         if cfg.obs != "state":
@@ -111,6 +122,11 @@ class ArmTask(ABC):
         gripper = self.robot.gripper
         finger = gripper.open + (action[:, -1:] + 1.0) * 0.5 * (gripper.closed - gripper.open)
         self.backend.set_actuators((*self.arm_actuators, "gripper"), torch.cat([arm_targets, finger], -1))
+
+    def expert_action(self) -> torch.Tensor:
+        """The scripted expert's action [E, A] for the current state, in the controller's action frame. Tasks
+        with an expert define `expert_motion()`, the same action with its motion in world axes."""
+        return self.controller.world_to_action(self.expert_motion())
 
     def ee_pos(self) -> torch.Tensor:
         return self.backend.site_pose(self.robot.end_effector_site)[0]

@@ -27,7 +27,7 @@ class ArmTaskConfig:
     name: str = "panda_reach"
     backend: str = "mujoco"
     control: str | None = None  # ee_delta | joint_delta | joint_position; None: the task's own (arm ee_delta)
-    relative_frame: bool = False  # ee_delta actions and positions in the episode's start frame
+    relative_frame: bool = False  # ee_delta actions in the tool's start frame (observations stay in world axes)
     reward: str = "dense"  # dense | sparse
     episode_steps: int | None = None  # None: the task's own default (reach 50, pick 100)
     control_substeps: int = 20  # physics steps per control step (0.002 s each: 25 Hz control)

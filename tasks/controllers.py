@@ -1,8 +1,12 @@
 """Arm controllers: map a normalized action to joint position targets for position actuators.
 
 `ee_delta` is differential inverse kinematics (damped least squares on the site Jacobian): the action's
-first three values move the end effector by up to `max_ee_step` metres per control step, and the
-orientation is held at a target (the episode's start orientation unless a task sets another).
+first three values ask for a tool motion of up to `max_ee_step` metres from the measured pose, and the
+orientation is held at a target (the episode's start orientation unless a task sets another). The target
+is rebuilt from the measured pose each step, as HIL-SERL's Franka env does, so how much of it a step covers
+is the actuators' business: the simulated Panda's position actuators cover about a third within one 40 ms
+control step (a full action moves the tool ~0.016 m per step at max_ee_step=0.05), a stiff real position
+controller more (the safety shield's velocity limits bound it there).
 """
 
 from __future__ import annotations
@@ -58,6 +62,15 @@ class ArmController:
         self.target_quat[env_ids] = quat[env_ids]
         if self.relative_frame:
             self.frame[env_ids] = quat_to_matrix(quat[env_ids])
+
+    def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
+        """An ee_delta action [E, A] whose first three entries are a motion in world axes, expressed in this
+        controller's action frame (the tool's start frame under `relative_frame`), clipped to [-1, 1]. What
+        scripted experts and teleop devices, which think in world axes, must send."""
+        if self.kind != "ee_delta" or not self.relative_frame:
+            return action
+        motion = torch.bmm(self.frame.transpose(1, 2), action[:, :3].unsqueeze(-1)).squeeze(-1)
+        return torch.cat([motion.clamp(-1.0, 1.0), action[:, 3:]], -1)
 
     def joint_targets(self, action: torch.Tensor) -> torch.Tensor:
         """Joint position targets within the position limits. Not rate-limited: in simulation the

@@ -36,6 +36,8 @@ class HandReorient(ArmTask):
             raise ValueError(f"task.goal_rotation must be one of {choices}, got {cfg.goal_rotation!r}")
         if not 0.0 < cfg.rotation_threshold < math.pi:
             raise ValueError(f"task.rotation_threshold must be in (0, pi) radians, got {cfg.rotation_threshold}")
+        if not cfg.drop_height > 0:
+            raise ValueError(f"task.drop_height must be > 0 metres, got {cfg.drop_height}")
         super().__init__(cfg, num_envs)
         self.goal = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(num_envs, 1)
         self.palm_center = self.backend.site_pose("palm_center")[0][0].clone()  # the wrist is fixed

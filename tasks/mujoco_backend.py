@@ -41,7 +41,8 @@ class MujocoBackend(SimBackend):
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         self.num_envs = num_envs
         self.physics_dt = float(self.model.opt.timestep)
-        self._renderer: mujoco.Renderer | None = None
+        # one per image size: pixel observations and videos differ, and rebuilding a renderer takes ~100 ms
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
         self._jac = np.zeros((6, self.model.nv))
         # Queries read from tensors built once per state: a task asks for the same poses several times a
         # step (observation, reward, controller), and each build costs a pass over every MjData.
@@ -214,25 +215,27 @@ class MujocoBackend(SimBackend):
         return mask
 
     def render(self, camera, width, height):
-        if self._renderer is None or (self._renderer.width, self._renderer.height) != (width, height):
+        renderer = self._renderers.get((width, height))
+        if renderer is None:
             try:
-                self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+                renderer = mujoco.Renderer(self.model, height=height, width=width)
             except Exception as err:
                 raise RuntimeError(
                     f"MuJoCo could not create a renderer ({err}); on a headless machine set MUJOCO_GL=egl "
                     "(or MUJOCO_GL=osmesa where EGL is missing)"
                 ) from err
+            self._renderers[(width, height)] = renderer
         cam = self._named(mujoco.mjtObj.mjOBJ_CAMERA, camera, "camera")
         frames = np.empty((self.num_envs, height, width, 3), dtype=np.uint8)
         for k, d in enumerate(self.datas):
-            self._renderer.update_scene(d, camera=cam)
-            frames[k] = self._renderer.render()
+            renderer.update_scene(d, camera=cam)
+            frames[k] = renderer.render()
         return torch.from_numpy(frames)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()

@@ -77,7 +77,7 @@ class PandaPegInsert(ArmTask):
             reward = (approach + 2.0 * inserted + 2.0 * success.float()) / 5.0
         return reward, success, torch.zeros_like(success)
 
-    def expert_action(self) -> torch.Tensor:
+    def expert_motion(self) -> torch.Tensor:
         """Scripted expert: line the tip up 3 cm above the hole -> descend slowly, re-aligning on drift."""
         tip = self.peg_tip()
         above = self.hole + torch.tensor([0.0, 0.0, 0.03])

@@ -82,7 +82,7 @@ class PandaPickCube(ArmTask):
             reward = (reach + lift + 5.0 * success.float()) / 10.0
         return reward, success, torch.zeros_like(success)
 
-    def expert_action(self) -> torch.Tensor:
+    def expert_motion(self) -> torch.Tensor:
         """Scripted expert: above the cube -> down -> close -> lift. Keeps a phase per env, and starts over
         when the cube is no longer where its phase assumes (someone else moved the arm or the cube: it also
         serves as the operator who corrects a policy mid-episode)."""

@@ -92,7 +92,7 @@ class PandaPush(ArmTask):
             reward = (0.2 * reach + push + success.float()) / 2.2
         return reward, success, torch.zeros_like(success)
 
-    def expert_action(self) -> torch.Tensor:
+    def expert_motion(self) -> torch.Tensor:
         """Scripted expert: hover behind the puck on the goal line -> lower -> push along the line.
 
         Falls back to hovering whenever the tool point drifts off the line behind the puck.

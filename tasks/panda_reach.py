@@ -40,7 +40,7 @@ class PandaReach(ArmTask):
         reward = -distance if self.cfg.reward == "dense" else success.float() - 1.0
         return reward, success, torch.zeros_like(success)
 
-    def expert_action(self) -> torch.Tensor:
+    def expert_motion(self) -> torch.Tensor:
         """Scripted expert: head straight for the target at up to full speed."""
         delta = (self.target - self.ee_pos()) / self.cfg.max_ee_step
         return delta.clamp(-1.0, 1.0)

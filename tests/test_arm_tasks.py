@@ -74,6 +74,32 @@ def test_relative_frame_rotates_actions_into_the_start_frame():
     assert task.ee_pos()[0, 2] < before[0, 2] - 0.05
 
 
+@pytest.mark.parametrize(
+    ("setting", "match"),
+    [
+        ({"max_ee_step": -0.05}, "task.max_ee_step must be a finite number > 0, got -0.05"),
+        ({"max_ee_step": 0.0}, "task.max_ee_step"),
+        ({"max_joint_step": float("nan")}, "task.max_joint_step"),
+        ({"success_threshold": -1.0}, "task.success_threshold"),
+        ({"render_width": 0}, "task.render_width must be >= 1"),
+        ({"relative_frame": True, "control": "joint_delta"}, "relative_frame=true rotates ee_delta.*joint_delta"),
+    ],
+)
+def test_bad_task_settings_are_named(setting, match):
+    with pytest.raises(ValueError, match=match):
+        _env(**setting)
+
+
+def test_pixel_observations_and_videos_keep_a_renderer_each():
+    env = _env(obs="pixels", image_size=64, render_width=96, render_height=80)
+    first = env.reset(seed=0)["pixels_front"].clone()
+    assert env.render().shape == (80, 96, 3)
+    again = env.reset(seed=0)["pixels_front"]
+    assert torch.equal(first, again)  # the video renderer did not disturb the observation's
+    assert sorted(env.task.backend._renderers) == [(64, 64), (96, 80)]  # neither rebuilt the other
+    env.close()
+
+
 def test_bad_actions_name_the_task_and_value():
     env = _env()
     env.reset(seed=0)

@@ -225,6 +225,24 @@ def test_a_device_that_disconnects_ends_the_takeover(on_disconnect):
         assert not env.step(policy).truncated.item()  # only that one episode was stopped
 
 
+def test_a_teleop_command_moves_the_tool_along_world_axes_under_relative_frame():
+    """Under task.relative_frame the tool's start frame is upside down (180 deg about x at home): the
+    operator's "up" must still move the tool up."""
+    up = TeleopCommand(engaged=True, twist=torch.tensor([0.0, 0, 1.0, 0, 0, 0]), gripper=-1.0)
+    cfg = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", relative_frame=True)
+    inner = make_env(cfg, num_envs=1)
+    env = InterventionEnv(
+        inner, TeleopOperator(ScriptedDevice([up]), 4, to_action_frame=inner.task.controller.world_to_action)
+    )
+    env.reset(seed=0)
+    start = inner.task.ee_pos().clone()
+    for _ in range(5):
+        result = env.step(torch.zeros(1, 4))
+    assert result.intervened.item() and result.action[0, 2] < -0.99  # "up" is -z of the tool's frame
+    assert inner.task.ee_pos()[0, 2] > start[0, 2] + 0.04
+    env.close()
+
+
 @pytest.mark.parametrize("control", ["joint_position", "joint_delta"])
 def test_a_teleop_operator_needs_end_effector_control(control):
     """A device's twist read as joint targets would move joints the operator never moved: refused up front."""

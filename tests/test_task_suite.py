@@ -53,6 +53,21 @@ def test_reset_step_contract_and_determinism(name):
     assert gym.make(GYM_IDS[name]).action_space.shape == (env.action_dim,)
 
 
+@pytest.mark.parametrize("name", [n for n in ARM_TASK_NAMES if hasattr(ARM_TASKS[n], "expert_motion")])
+def test_scripted_expert_succeeds_in_the_tool_frame_too(name):
+    """Experts think in world axes; under relative_frame (the tool's start frame, ~180 deg about x at home)
+    their motions must be turned into that frame, or they drive the arm away from the goal."""
+    env = _env(name, relative_frame=True)
+    task = env.task
+    for episode in range(3):
+        env.reset(seed=episode)
+        won = False
+        for _ in range(task.episode_steps):
+            won |= bool(env.step(task.expert_action()).success[0])
+        assert won, f"{name}: the expert failed episode {episode} under relative_frame"
+    env.close()
+
+
 @pytest.mark.parametrize("name", ARM_TASK_NAMES)
 def test_scripted_expert_succeeds_and_random_actions_rarely_do(name):
     episodes = 10

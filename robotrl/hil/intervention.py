@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -49,10 +50,20 @@ class TeleopOperator(Operator):
     """A person on a teleop device, for one env. A device that disconnects ends the takeover: the policy
     resumes (`on_disconnect="resume"`) or the episode is stopped (`"stop"`, then the policy runs on)."""
 
-    def __init__(self, device: TeleopDevice, action_dim: int, on_disconnect: str = "resume", gain: float = 1.0):
+    def __init__(
+        self,
+        device: TeleopDevice,
+        action_dim: int,
+        on_disconnect: str = "resume",
+        gain: float = 1.0,
+        to_action_frame: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        """`to_action_frame` maps the device's [1, A] command, whose motion is in the robot's base axes, to
+        the env's action frame (an ArmController's `world_to_action` under `task.relative_frame`)."""
         if on_disconnect not in ON_DISCONNECT:
             raise ValueError(f"hil.on_disconnect must be one of {', '.join(ON_DISCONNECT)}, got {on_disconnect!r}")
         self.device, self.action_dim, self.on_disconnect, self.gain = device, action_dim, on_disconnect, gain
+        self.to_action_frame = to_action_frame
         self.connected = True
         self.last_command: TeleopCommand | None = None
         self._stop_pending = False
@@ -70,6 +81,8 @@ class TeleopOperator(Operator):
             return torch.zeros(1, dtype=torch.bool), policy_action
         self.connected = True
         action = command_to_action(command, self.action_dim, self.gain).unsqueeze(0)
+        if self.to_action_frame is not None:
+            action = self.to_action_frame(action)
         return torch.tensor([command.engaged]), action
 
     def stop_episode(self) -> torch.Tensor | None:

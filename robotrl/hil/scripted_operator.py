@@ -58,10 +58,17 @@ def find_task(env):
     return None
 
 
+def world_to_action_of(env) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """How to turn an action whose motion is in world axes (a teleop device's) into `env`'s action frame:
+    its simulated arm controller's `world_to_action`, or None where the frames are the same."""
+    controller = getattr(find_task(env), "controller", None)
+    return controller.world_to_action if controller is not None else None
+
+
 def expert_of(env) -> Callable[[], torch.Tensor]:
     """The scripted expert of `env`'s task: a callable returning [E, A] actions for the current state."""
     task = find_task(env)
-    if task is None or not hasattr(task, "expert_action"):
+    if task is None or not hasattr(task, "expert_motion"):
         raise ValueError(f"task {env.name!r} has no scripted expert; the scripted operator needs one")
     return task.expert_action
 

@@ -10,7 +10,7 @@ from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import pixel_keys
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv, TeleopOperator
-from robotrl.hil.scripted_operator import ScriptedOperator, expert_of
+from robotrl.hil.scripted_operator import ScriptedOperator, expert_of, world_to_action_of
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,9 @@ def wrap_for_hil(env, hil: HILConfig):
                 f"hil.operator={hil.operator} sends end-effector motions, but {env.name!r} is controlled by "
                 f"{control}: set task.control=ee_delta"
             )
-        operator = TeleopOperator(make_teleop(hil.operator), env.action_dim, hil.on_disconnect, hil.teleop_gain)
+        operator = TeleopOperator(
+            make_teleop(hil.operator), env.action_dim, hil.on_disconnect, hil.teleop_gain, world_to_action_of(env)
+        )
     return InterventionEnv(env, operator)
 
 
