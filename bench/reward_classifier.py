@@ -171,8 +171,8 @@ def main() -> None:
     all_labels = torch.cat([torch.cat([torch.zeros(1, dtype=torch.bool), e.success]) for e in episodes])
     figures = {
         "accuracy": round(report["accuracy"], 4),
-        "precision": round(report["precision"], 4),
-        "recall": round(report["recall"], 4),
+        "precision": None if report["precision"] is None else round(report["precision"], 4),
+        "recall": None if report["recall"] is None else round(report["recall"], 4),
         "frames": int(all_labels.numel()),
         "train_s": round(report["train"]["train_s"], 1),
         "generate_s": round(generate_s, 1),

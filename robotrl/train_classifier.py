@@ -32,6 +32,7 @@ from robotrl.hil.reward_classifier import (
     TrainSettings,
     binary_metrics,
     calibrate_threshold,
+    check_split_fractions,
     frames_from_episodes,
     split_episodes,
     train_classifier,
@@ -75,7 +76,7 @@ class TrainClassifierConfig:
         self.settings().validate()
         if not 0.0 < self.min_precision <= 1.0:
             raise ValueError(f"min_precision must be within (0, 1], got {self.min_precision}")
-        split_episodes(range(100), self.held_out_fraction, self.test_fraction)  # the fractions, before any loading
+        check_split_fractions(self.held_out_fraction, self.test_fraction)  # before any loading
 
     def architecture(self, image_size: int) -> ClassifierArchitecture:
         return ClassifierArchitecture(
@@ -174,9 +175,14 @@ def train_and_calibrate(
 
 def load_episodes(roots: Sequence[str]) -> list[Episode]:
     episodes = []
+    seen: dict[Path, str] = {}
     for root in roots:
         if not Path(root).exists():
             raise FileNotFoundError(f"datasets: {root!r} does not exist")
+        resolved = Path(root).resolve()
+        if resolved in seen:  # its episodes would land in train and held-out both: figures measured on training data
+            raise ValueError(f"datasets: {root!r} is {seen[resolved]!r} again; name each dataset once")
+        seen[resolved] = root
         loaded = EpisodeDataset.open(root).load_all()
         if not loaded:
             raise ValueError(f"datasets: {root!r} holds no episodes")
@@ -192,7 +198,15 @@ def run(cfg: TrainClassifierConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     episodes = load_episodes(cfg.datasets)
+    successful = sum(episode.success_any for episode in episodes)
+    if successful < 2:
+        raise ValueError(
+            f"datasets: {successful} of {len(episodes)} episodes reach success; the classifier needs at least 2 "
+            "(one to learn from, one to calibrate its threshold on): record more successful episodes"
+        )
     train, held_out, test = split_episodes(episodes, cfg.held_out_fraction, cfg.test_fraction, cfg.seed)
+    if test and not any(episode.success_any for episode in test):
+        log.warning("no test episode reaches success: test recall is undefined; record more successful episodes")
     model, report = train_and_calibrate(train, held_out, test, cfg)
     report["datasets"] = list(cfg.datasets)
     out = Path(cfg.out)

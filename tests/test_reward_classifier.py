@@ -196,6 +196,38 @@ def test_split_is_by_whole_episodes():
         split_episodes(episodes, 0.5, test_fraction=0.5)
 
 
+def test_split_gives_every_part_successful_episodes_when_they_are_rare():
+    """3 successes in 10 episodes: with a plain shuffle, 29 of seeds 0-49 left held-out with none (and the
+    calibration failed after training)."""
+    episodes = [make_episode(2, 1 if i < 3 else None, seed=i) for i in range(10)]
+    for seed in range(50):
+        train, held_out, test = split_episodes(episodes, held_out_fraction=0.2, test_fraction=0.1, seed=seed)
+        assert (len(train), len(held_out), len(test)) == (7, 2, 1)
+        for part in (train, held_out, test):
+            assert sum(e.success_any for e in part) == 1, seed
+    proportional = [make_episode(2, 1 if i % 2 else None, seed=i) for i in range(20)]
+    train, held_out, _ = split_episodes(proportional, held_out_fraction=0.2, seed=0)
+    assert (sum(e.success_any for e in train), sum(e.success_any for e in held_out)) == (8, 2)
+
+
+def test_metrics_of_a_split_without_positives_are_undefined_not_zero():
+    metrics = binary_metrics(torch.zeros(5, dtype=torch.bool), torch.zeros(5, dtype=torch.bool))
+    assert metrics["precision"] is None and metrics["recall"] is None and metrics["accuracy"] == 1.0
+
+
+def test_train_classifier_refuses_too_few_successes_and_a_dataset_named_twice(tmp_path):
+    from robotrl.train_classifier import TrainClassifierConfig, run
+
+    write_dataset(tmp_path / "one", [make_episode(6, 3 if i == 0 else None, seed=i) for i in range(5)])
+    cfg = TrainClassifierConfig(datasets=[str(tmp_path / "one")], out=str(tmp_path / "clf"))
+    with pytest.raises(ValueError, match="1 of 5 episodes reach success; the classifier needs at least 2"):
+        run(cfg)
+    cfg.datasets = [str(tmp_path / "one"), str(tmp_path / "one") + "/"]
+    with pytest.raises(ValueError, match="is '.*one' again; name each dataset once"):
+        run(cfg)
+    assert not (tmp_path / "clf").exists()
+
+
 class CountingPixelEnv:
     """A VecEnv whose frames show the step count (older stacked frames are black); episodes last
     `episode_steps`."""

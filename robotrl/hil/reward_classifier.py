@@ -255,12 +255,7 @@ def stack_episode_frames(images: torch.Tensor, k: int) -> torch.Tensor:
     return images[index.flatten()].reshape(steps, k * images.shape[1], *images.shape[2:])
 
 
-def split_episodes(
-    episodes: Sequence[Any], held_out_fraction: float, test_fraction: float = 0.0, seed: int = 0
-) -> tuple[list[Any], list[Any], list[Any]]:
-    """(train, held_out, test) by whole episodes: adjacent frames are near-duplicates, so a split by frame
-    would leak. held_out (for calibration) gets at least one episode, test (unseen by training and
-    calibration) at least one if `test_fraction` > 0, train the rest (at least one)."""
+def check_split_fractions(held_out_fraction: float, test_fraction: float = 0.0) -> None:
     if not 0.0 < held_out_fraction < 1.0:
         raise ValueError(f"held_out_fraction must be within (0, 1), got {held_out_fraction}")
     if not 0.0 <= test_fraction < 1.0 or held_out_fraction + test_fraction >= 1.0:
@@ -268,16 +263,53 @@ def split_episodes(
             f"test_fraction must be >= 0 and leave episodes to train on: held_out_fraction {held_out_fraction} "
             f"+ test_fraction {test_fraction} must be < 1"
         )
+
+
+def split_episodes(
+    episodes: Sequence[Any], held_out_fraction: float, test_fraction: float = 0.0, seed: int = 0
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """(train, held_out, test) by whole episodes: adjacent frames are near-duplicates, so a split by frame
+    would leak. held_out (for calibration) gets at least one episode, test (unseen by training and
+    calibration) at least one if `test_fraction` > 0, train the rest (at least one).
+
+    Stratified by whether an episode reaches success, the rare class in real recordings: each part gets its
+    share of the successful episodes, and held_out, then train, then test at least one while there are
+    enough (calibration needs success frames, training both classes, test figures need positives)."""
+    check_split_fractions(held_out_fraction, test_fraction)
     needed = 3 if test_fraction > 0 else 2
     if len(episodes) < needed:
         raise ValueError(f"this split needs at least {needed} episodes, got {len(episodes)}")
-    order = list(range(len(episodes)))
-    random.Random(seed).shuffle(order)
     n_test = max(1, round(test_fraction * len(episodes))) if test_fraction > 0 else 0
     n_held = min(max(1, round(held_out_fraction * len(episodes))), len(episodes) - n_test - 1)
-    parts = (order[n_test + n_held :], order[n_test : n_test + n_held], order[:n_test])
-    train, held_out, test = ([episodes[i] for i in sorted(part)] for part in parts)
+    sizes = {"held_out": n_held, "train": len(episodes) - n_test - n_held, "test": n_test}
+    rng = random.Random(seed)
+    successful = [i for i, episode in enumerate(episodes) if bool(torch.as_tensor(episode.success).any())]
+    failed = sorted(set(range(len(episodes))) - set(successful))
+    rng.shuffle(successful)
+    rng.shuffle(failed)
+    parts: dict[str, list[int]] = {}
+    for part, quota in _success_quotas(len(successful), sizes).items():
+        parts[part] = successful[:quota] + failed[: sizes[part] - quota]
+        del successful[:quota], failed[: sizes[part] - quota]
+    train, held_out, test = ([episodes[i] for i in sorted(parts[name])] for name in ("train", "held_out", "test"))
     return train, held_out, test
+
+
+def _success_quotas(successes: int, sizes: dict[str, int]) -> dict[str, int]:
+    """Successful episodes per part: proportional to the parts' sizes (largest remainder), then moved one
+    at a time to a part that has none, in the order of `sizes`, from a part that has more than one."""
+    total = sum(sizes.values())
+    exact = {part: successes * size / total for part, size in sizes.items()}
+    quotas = {part: math.floor(value) for part, value in exact.items()}
+    by_remainder = sorted(sizes, key=lambda part: exact[part] - quotas[part], reverse=True)
+    for part in by_remainder[: successes - sum(quotas.values())]:
+        quotas[part] += 1
+    for part, size in sizes.items():
+        donors = [other for other in quotas if quotas[other] > 1]
+        if size and not quotas[part] and donors:
+            quotas[max(donors, key=quotas.get)] -= 1
+            quotas[part] += 1
+    return quotas
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -384,9 +416,10 @@ def train_classifier(
 # ------------------------------------------------------------------------------------- threshold, metrics
 
 
-def binary_metrics(predicted: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """precision, recall, accuracy and the confusion counts. Precision is 0 when nothing is predicted
-    positive, recall 0 when there are no positives (as scikit-learn's zero_division=0)."""
+def binary_metrics(predicted: torch.Tensor, labels: torch.Tensor) -> dict[str, float | None]:
+    """precision, recall, accuracy and the confusion counts. Precision is None (undefined) when nothing is
+    predicted positive, recall None when there are no positives: a split without success frames says
+    nothing about recall, and reporting 0 would call a classifier that made no mistake useless."""
     predicted, labels = predicted.to(torch.bool), labels.to(torch.bool)
     tp = int((predicted & labels).sum())
     fp = int((predicted & ~labels).sum())
@@ -394,8 +427,8 @@ def binary_metrics(predicted: torch.Tensor, labels: torch.Tensor) -> dict[str, f
     tn = int((~predicted & ~labels).sum())
     total = tp + fp + fn + tn
     return {
-        "precision": tp / (tp + fp) if tp + fp else 0.0,
-        "recall": tp / (tp + fn) if tp + fn else 0.0,
+        "precision": tp / (tp + fp) if tp + fp else None,
+        "recall": tp / (tp + fn) if tp + fn else None,
         "accuracy": (tp + tn) / total if total else 0.0,
         "tp": tp,
         "fp": fp,
