@@ -223,7 +223,7 @@ def test_train_classifier_refuses_too_few_successes_and_a_dataset_named_twice(tm
     with pytest.raises(ValueError, match="1 of 5 episodes reach success; the classifier needs at least 2"):
         run(cfg)
     cfg.datasets = [str(tmp_path / "one"), str(tmp_path / "one") + "/"]
-    with pytest.raises(ValueError, match="is '.*one' again; name each dataset once"):
+    with pytest.raises(ValueError, match=r"is '.*one' again; name each dataset once"):
         run(cfg)
     assert not (tmp_path / "clf").exists()
 
