@@ -42,7 +42,7 @@ from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
-from robotrl.hil.setup import wrap_for_hil
+from robotrl.hil.setup import env_task, wrap_for_hil
 from robotrl.runtime.env import StepResult, VecEnv
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
@@ -222,7 +222,13 @@ class Actor:
 
     def _registration(self) -> dict[str, Any]:
         cfg = self.cfg
-        return {"actor_id": cfg.actor_id, "session": self.session, "num_envs": cfg.num_envs, "task": cfg.task.name}
+        return {
+            "actor_id": cfg.actor_id,
+            "session": self.session,
+            "num_envs": cfg.num_envs,
+            "task": cfg.task.name,
+            "learned_reward": bool(cfg.hil.reward_classifier),
+        }
 
     def _connect(self, stop: threading.Event):
         """Register (waiting for the learner), then build the agent and env the learner's reply describes."""
@@ -253,9 +259,11 @@ class Actor:
                 client.close()
                 raise
         else:
-            env = make_training_env(SimpleNamespace(task=cfg.task, agent=agent_cfg), cfg.num_envs)
+            task = env_task(cfg.task, cfg.hil)  # with a learned reward, its verdict ends episodes
+            env = make_training_env(SimpleNamespace(task=task, agent=agent_cfg), cfg.num_envs)
         try:
-            env = wrap_for_hil(env, cfg.hil)  # the operator's takeover and a learned reward, as the loop's env
+            # the operator's takeover and a learned reward, as the loop's env
+            env = wrap_for_hil(env, cfg.hil, bool(getattr(cfg.task, "terminate_on_success", False)))
         except BaseException:
             env.close()
             client.close()

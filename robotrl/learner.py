@@ -69,6 +69,9 @@ class LearnerHILConfig:
     offline_ratio_final: float | None = None  # if set, the share moves linearly to this value ...
     offline_ratio_steps: int = 0  # ... over this many env steps received
     offline_capacity: int = 200_000  # transitions the offline buffer keeps (demonstrations + interventions)
+    # the actors' hil.reward_classifier, if they use one: the demonstrations' rewards become its verdicts, as
+    # the actors' online steps are scored (otherwise the demos keep the rewards they were recorded with)
+    reward_classifier: str | None = None
 
     def validate(self) -> None:
         HILConfig(**dataclasses.asdict(self)).validate()
@@ -168,6 +171,7 @@ class Learner:
             max_batch_steps=cfg.max_batch_steps,
             max_message_bytes=cfg.server.max_message_bytes,
             heartbeat_timeout_s=cfg.server.heartbeat_timeout_s,
+            demo_rewards=("classifier" if cfg.hil.reward_classifier else "recorded") if cfg.hil.demos else None,
         )
         self.wal = WriteAheadLog(run_dir / "wal.log")
         self.board = WeightsBoard(incarnation=secrets.token_hex(4))
@@ -217,7 +221,15 @@ class Learner:
         if not new:
             return
         written = self.storage.load_demos(
-            lambda offline: load_demos(new, offline, self.obs_spec, self.action_dim, self.frame_stack, self.env_name)
+            lambda offline: load_demos(
+                new,
+                offline,
+                self.obs_spec,
+                self.action_dim,
+                self.frame_stack,
+                self.env_name,
+                self.cfg.hil.reward_classifier,
+            )
         )
         self.demos_loaded += new
         log.info("offline buffer: %d demonstration transitions from %d datasets", written, len(new))

@@ -405,3 +405,53 @@ def test_hil_config_puts_a_saved_classifier_in_front_of_the_operator(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="missing_dir"):
         wrap_for_hil(make_env(cfg, num_envs=1), HILConfig(reward_classifier=str(tmp_path / "missing_dir")))
+
+
+def saved_constant_classifier(path, verdict: bool, image_size=SIZE):
+    classifier = RewardClassifier(ClassifierArchitecture(("front",), image_size, **TINY))
+    with torch.no_grad():
+        classifier.head.head.weight.zero_()
+        classifier.head.head.bias.fill_(5.0 if verdict else -5.0)
+    classifier.save(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("verdict", [True, False])
+def test_demonstrations_are_rewarded_by_the_runs_classifier(tmp_path, verdict):
+    """Online steps get the classifier's 1/0; demos recorded with the sparse -1/0 would put a demo's success
+    level with an online failure."""
+    from robotrl.data.replay import ReplayBuffer
+    from robotrl.hil.setup import load_demos
+
+    episodes = [make_episode(6, success_from=3, seed=i) for i in range(2)]
+    for episode in episodes:
+        episode.reward = episode.success.float() - 1.0
+    write_dataset(tmp_path / "demos", episodes)
+    spec = {"pixels_front": TensorSpec((3, SIZE, SIZE), torch.uint8), "ee_pos": TensorSpec((3,))}
+    recorded, relabelled = ReplayBuffer(spec, 4, 64), ReplayBuffer(spec, 4, 64)
+    load_demos([str(tmp_path / "demos")], recorded, spec, 4)
+    classifier = saved_constant_classifier(tmp_path / "clf", verdict)
+    assert load_demos([str(tmp_path / "demos")], relabelled, spec, 4, reward_classifier=classifier) == 12
+    assert sorted(set(recorded.sample(64).reward.flatten().tolist())) == [-1.0, 0.0]
+    assert set(relabelled.sample(64).reward.flatten().tolist()) == {1.0 if verdict else 0.0}
+
+
+def test_the_classifier_not_the_simulator_ends_episodes_on_success(tmp_path):
+    from robotrl.tasks import TASK_CONFIGS, make_env
+
+    from robotrl.hil.config import HILConfig
+    from robotrl.hil.setup import env_task, wrap_for_hil
+
+    cfg = TASK_CONFIGS["panda_reach"](
+        name="panda_reach", obs="pixels", image_size=64, terminate_on_success=True, success_threshold=10.0
+    )  # the simulator's check passes at every step
+    for verdict in (False, True):
+        hil = HILConfig(reward_classifier=saved_constant_classifier(tmp_path / f"clf_{verdict}", verdict, 64))
+        task = env_task(cfg, hil)
+        assert not task.terminate_on_success and cfg.terminate_on_success
+        env = wrap_for_hil(make_env(task, num_envs=1), hil, terminate_on_success=cfg.terminate_on_success)
+        env.reset(seed=0)
+        result = env.step(torch.zeros(1, env.action_dim))
+        assert env.env_success.tolist() == [True]
+        assert result.terminated.tolist() == [verdict] and result.reward.tolist() == [float(verdict)]
+        env.close()

@@ -592,3 +592,25 @@ def test_server_keeps_serving_after_a_handler_fails():
         assert client.status() == {"ok": True}
     finally:
         server.stop(None)
+
+
+@pytest.mark.parametrize(
+    ("demo_rewards", "learned_reward", "refused"),
+    [
+        ("recorded", True, "give the learner the same hil.reward_classifier"),
+        ("classifier", False, "give the actor the same hil.reward_classifier"),
+        ("classifier", True, None),
+        (None, True, None),  # no demonstrations: nothing to disagree with
+    ],
+)
+def test_an_actor_must_score_steps_as_the_learners_demonstrations_are(tmp_path, demo_rewards, learned_reward, refused):
+    spec = LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, MB, 1.0, demo_rewards=demo_rewards)
+    service = LearnerService(spec, hil_group(), WriteAheadLog(tmp_path / "wal.log"), WeightsBoard("x"))
+    header = {"actor_id": "arm", "session": "s", "num_envs": 2, "task": "t", "learned_reward": learned_reward}
+    if refused is None:
+        service.register(request(header))
+    else:
+        with pytest.raises(RpcFailure, match=refused) as failure:
+            service.register(request(header))
+        assert failure.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    service.wal.close()

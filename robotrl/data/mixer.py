@@ -194,10 +194,18 @@ def stack_frames(frames: torch.Tensor, k: int) -> torch.Tensor:
     return frames[index].flatten(1, 2)
 
 
-def add_episode(offline: ReplayBuffer, episode, pixel_keys: Sequence[str] = (), frame_stack: int = 1) -> None:
+def add_episode(
+    offline: ReplayBuffer,
+    episode,
+    pixel_keys: Sequence[str] = (),
+    frame_stack: int = 1,
+    rewards: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+) -> None:
     """Write a recorded episode (robotrl.data.dataset.Episode) into a one-env buffer as one contiguous run.
 
     Image entries are recorded one frame per step; they are stacked here as the training env stacks them.
+    `rewards` (e.g. robotrl.hil.classifier_reward.demo_rewarder) replaces the recorded rewards with its own
+    for the episode's next observations [T, ...], stacked as the env stacks them.
     """
     if offline.num_envs != 1:
         raise ValueError(f"the offline buffer must have one env column, it has {offline.num_envs}")
@@ -207,6 +215,7 @@ def add_episode(offline: ReplayBuffer, episode, pixel_keys: Sequence[str] = (), 
         if frame_stack > 1:
             obs[key] = stack_frames(obs[key], frame_stack)
     steps = len(episode)
+    reward = episode.reward if rewards is None else rewards({k: v[1:] for k, v in obs.items()})
     for t in range(steps):
         last = t == steps - 1
         terminated = bool(episode.terminated[t])
@@ -215,7 +224,7 @@ def add_episode(offline: ReplayBuffer, episode, pixel_keys: Sequence[str] = (), 
             offline,
             {k: v[t] for k, v in obs.items()},
             episode.action[t],
-            float(episode.reward[t]),
+            float(reward[t]),
             {k: v[t + 1] for k, v in obs.items()},
             terminated,
             truncated,

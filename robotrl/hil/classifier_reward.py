@@ -18,6 +18,7 @@ step is reported `terminated` (unless the env itself ended the episode at that s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -74,12 +75,7 @@ class ClassifierReward:
 
     def classify(self, obs: Obs) -> torch.Tensor:
         """The classifier's success [E] bool (CPU) for a batch of observations: one forward pass."""
-        device = self.classifier.device
-        frames = {key: obs[key][:, -self.channels :].to(device, non_blocking=True) for key in self.classifier.keys}
-        self.classifier.check_frames(frames, f"{self.name} observation")
-        with torch.inference_mode():
-            probs = torch.sigmoid(self.classifier(frames))
-        return (probs >= self.classifier.threshold).cpu()
+        return classify(self.classifier, obs, f"{self.name} observation")
 
     def reset(self, seed: int | None = None) -> Obs:
         self.env_success = None
@@ -111,3 +107,35 @@ class ClassifierReward:
 
     def close(self) -> None:
         self.env.close()
+
+
+def classify(classifier: RewardClassifier, obs: Obs, what: str = "observation") -> torch.Tensor:
+    """`classifier`'s success [N] bool (CPU) for a batch of observations whose camera entries hold at least
+    the classifier's frame stack (the newest frames are read): one forward pass."""
+    channels = classifier.architecture.input_shape[0]
+    frames = {key: obs[key][:, -channels:].to(classifier.device, non_blocking=True) for key in classifier.keys}
+    classifier.check_frames(frames, what)
+    with torch.inference_mode():
+        probs = torch.sigmoid(classifier(frames))
+    return (probs >= classifier.threshold).cpu()
+
+
+def demo_rewarder(
+    classifier: RewardClassifier, success_reward: float = 1.0, failure_reward: float = 0.0, batch: int = 256
+) -> Callable[[Obs], torch.Tensor]:
+    """Rewards [T] for a recorded episode's next observations [T, ...], as ClassifierReward (with the same
+    rewards) scores online steps: demonstrations and online data must share one reward function, or half of
+    each batch teaches that success is worth what failure is worth online."""
+    classifier = classifier.eval()
+
+    def rewards(next_obs: Obs) -> torch.Tensor:
+        steps = next(iter(next_obs.values())).shape[0]
+        success = torch.cat(
+            [
+                classify(classifier, {k: v[i : i + batch] for k, v in next_obs.items()}, "demonstration frame")
+                for i in range(0, steps, batch)
+            ]
+        )
+        return torch.where(success, success_reward, failure_reward).to(torch.float32)
+
+    return rewards

@@ -3,6 +3,7 @@ reward, takeover) and the demonstrations loaded into the offline buffer."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from robotrl.data.mixer import add_episode
@@ -15,13 +16,24 @@ from robotrl.hil.scripted_operator import ScriptedOperator, expert_of, world_to_
 log = logging.getLogger(__name__)
 
 
-def wrap_for_hil(env, hil: HILConfig):
-    """`env` with the learned reward (if configured) and the operator's takeover (if any)."""
+def env_task(task_cfg, hil: HILConfig):
+    """The task config to build the env from: with a learned reward the classifier's verdict, not the
+    simulator's check, ends episodes (`wrap_for_hil(..., terminate_on_success=...)`), so the env itself runs on
+    past its own success; otherwise `task_cfg` as it is."""
+    if hil.reward_classifier and getattr(task_cfg, "terminate_on_success", False):
+        return dataclasses.replace(task_cfg, terminate_on_success=False)
+    return task_cfg
+
+
+def wrap_for_hil(env, hil: HILConfig, terminate_on_success: bool = False):
+    """`env` with the learned reward (if configured; it ends episodes at its verdict of success if
+    `terminate_on_success`, the task's setting) and the operator's takeover (if any)."""
     if hil.reward_classifier:
         from robotrl.hil.classifier_reward import ClassifierReward
         from robotrl.hil.reward_classifier import RewardClassifier
 
-        env = ClassifierReward(env, RewardClassifier.load(hil.reward_classifier))
+        classifier = RewardClassifier.load(hil.reward_classifier)
+        env = ClassifierReward(env, classifier, terminate_on_success=terminate_on_success)
     if hil.operator == "none":
         return env
     if hil.operator == "scripted":
@@ -52,12 +64,14 @@ def load_demos(
     action_dim: int,
     frame_stack: int = 1,
     task: str | None = None,
+    reward_classifier: str | None = None,
 ) -> int:
     """Write every episode of the datasets at `paths` into `offline`; returns the transitions written.
 
     Every dataset is checked against the env (its task where both name one, keys, shapes, dtypes, action
     size) and fully verified before any episode of any of them is used: a bad one leaves `offline` as it
-    was. Images are recorded one frame per step and stacked here as the env stacks them.
+    was. Images are recorded one frame per step and stacked here as the env stacks them. With a
+    `reward_classifier` (the run's `hil.reward_classifier`), rewards are the classifier's, as online.
     """
     from robotrl.data.dataset import EpisodeDataset
 
@@ -67,12 +81,20 @@ def load_demos(
         dataset = EpisodeDataset.open(path)
         _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task)
         loaded.append((path, dataset, dataset.load_all()))
+    rewards = None
+    if reward_classifier:
+        from robotrl.hil.classifier_reward import demo_rewarder
+        from robotrl.hil.reward_classifier import RewardClassifier
+
+        rewards = demo_rewarder(RewardClassifier.load(reward_classifier))
     written = 0
     for path, dataset, episodes in loaded:
         for episode in episodes:
-            add_episode(offline, episode, images, frame_stack)
+            add_episode(offline, episode, images, frame_stack, rewards)
             written += len(episode)
         log.info("loaded %d demonstration episodes (%d steps) from %s", len(episodes), dataset.num_steps, path)
+    if rewards is not None:
+        log.info("demonstration rewards are the reward classifier's (%s), as online steps'", reward_classifier)
     return written
 
 

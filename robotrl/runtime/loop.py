@@ -21,7 +21,7 @@ from robotrl.data.mixer import MixedReplay, RatioSchedule
 from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import pixel_keys
 from robotrl.hil.intervention import InterventionEnv
-from robotrl.hil.setup import load_demos, wrap_for_hil
+from robotrl.hil.setup import env_task, load_demos, wrap_for_hil
 from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.evaluate import evaluate
@@ -90,9 +90,10 @@ class EpisodeStats:
         return out
 
 
-def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False):
-    """The task's env; its pixel observations frame-stacked when the agent stacks frames."""
-    env = make_env(cfg.task, num_envs=num_envs, render=render)
+def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False, task=None):
+    """The task's env (`task`, or the config's); its pixel observations frame-stacked when the agent stacks
+    frames."""
+    env = make_env(task if task is not None else cfg.task, num_envs=num_envs, render=render)
     frame_stack = getattr(cfg.agent, "frame_stack", 1)
     return FrameStack(env, frame_stack) if frame_stack > 1 and pixel_keys(env.obs_spec) else env
 
@@ -142,12 +143,22 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
 
-    env = wrap_for_hil(make_training_env(cfg, cfg.num_envs), cfg.hil)
+    terminate_on_success = bool(getattr(cfg.task, "terminate_on_success", False))
+    env = make_training_env(cfg, cfg.num_envs, task=env_task(cfg.task, cfg.hil))
+    env = wrap_for_hil(env, cfg.hil, terminate_on_success)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
     replay = make_replay(cfg, env, agent.replay_n_step, device)
     # a resumed replay holds them already, unless the checkpoints were taken without it
     if isinstance(replay, MixedReplay) and cfg.hil.demos and not (resume and cfg.checkpoint_replay):
-        load_demos(cfg.hil.demos, replay.offline, env.obs_spec, env.action_dim, frame_stack_of(env), env.name)
+        load_demos(
+            cfg.hil.demos,
+            replay.offline,
+            env.obs_spec,
+            env.action_dim,
+            frame_stack_of(env),
+            env.name,
+            cfg.hil.reward_classifier,
+        )
     update_every = getattr(cfg.agent, "update_every", 1)
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
     if resume:

@@ -64,6 +64,9 @@ class LearnerSpec:
     max_batch_steps: int
     max_message_bytes: int
     heartbeat_timeout_s: float
+    # how the demonstrations in the offline buffer are rewarded, if there are any: None (no demos), "recorded"
+    # (as recorded) or "classifier" (a reward classifier's verdicts); an actor must score its steps the same way
+    demo_rewards: str | None = None
 
 
 class LearnerService:
@@ -105,6 +108,7 @@ class LearnerService:
             raise RpcFailure(
                 grpc.StatusCode.FAILED_PRECONDITION, f"the actor runs task {task!r}, this learner {self.spec.task!r}"
             )
+        self._check_rewards_match(header.get("learned_reward", False))
         with self.lock:
             if actor not in self.ledger.actors and len(self.ledger.actors) >= self.spec.max_actors:
                 raise RpcFailure(
@@ -135,6 +139,25 @@ class LearnerService:
                 "version": version,
             }
         return encode({}, reply)
+
+    def _check_rewards_match(self, learned_reward) -> None:
+        """Demonstrations and an actor's steps must share one reward function: half of each batch is drawn
+        from the demos, and a demo success scored -1..0 beside online 0..1 teaches that success is worthless."""
+        if not isinstance(learned_reward, bool):
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"learned_reward must be a bool, got {learned_reward!r}")
+        if self.spec.demo_rewards is None or learned_reward == (self.spec.demo_rewards == "classifier"):
+            return
+        if learned_reward:
+            message = (
+                "the actor's rewards come from a reward classifier, this learner's demonstrations keep their recorded "
+                "rewards: give the learner the same hil.reward_classifier"
+            )
+        else:
+            message = (
+                "this learner rewards its demonstrations with a reward classifier, the actor does not: give the actor "
+                "the same hil.reward_classifier"
+            )
+        raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, message)
 
     def push(self, request: bytes) -> bytes:
         try:
