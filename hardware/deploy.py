@@ -5,10 +5,10 @@
     robotrl-deploy run=runs/reach hardware=panda duration=60 record=/data/session1
 
 The run's config names the simulated task the policy was trained on; its controller settings (control
-kind, step sizes, gripper, episode length) and observation layout are taken from it, and the robot env
-(hardware/robot_env.py) produces the same observation keys and shapes. Task entries a robot cannot
-measure come from `goal` (fixed values) and `relative_goal` (`goal - ee_pos`; `to_target` is inferred
-from `target`). The policy runs deterministically at the hardware config's policy rate; an exception in
+kind, step sizes, relative_frame, gripper, episode length) and observation layout are taken from it, and
+the robot env (hardware/robot_env.py) produces the same observation keys and shapes. Task entries a robot
+cannot measure come from `goal` (fixed values) and `relative_goal` (`goal - ee_pos`; `to_target` is
+inferred from `target`). The policy runs deterministically at the hardware config's policy rate; an exception in
 it, or a NaN action, sends nothing new (the shield holds). `record=<dir>` writes the session's joint
 states, commands and e-stop messages to a rosbag2 bag (MCAP storage, ROS 2 CDR) that `ros2 bag` reads.
 A JSON summary (steps, shield corrections by kind, observation ages) is printed last.
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig
+from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, subscribe_estop
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,10 @@ class DeployConfig:
 
 class BagRecorder:
     """Writes every message of some bridge topics to a rosbag2 bag with MCAP storage, as ROS 2 CDR (the bytes
-    our messages put on the wire). Messages are written from the bridge's receive thread, under a lock."""
+    our messages put on the wire). Messages are written from the bridge's receive thread, under a lock.
+    `estop_topic` is heard as the robot env hears it (`subscribe_estop`: latched and default-QoS publishers)."""
 
-    def __init__(self, bridge, path: str | Path, topics: dict[str, tuple[type, str]]):
+    def __init__(self, bridge, path: str | Path, topics: dict[str, tuple[type, str]], estop_topic: str | None = None):
         from robotrl.hardware.ros2.msgs import ros_type_name
         from rosbags.rosbag2 import StoragePlugin, Writer
         from rosbags.typesys import Stores, get_typestore
@@ -80,6 +81,12 @@ class BagRecorder:
             connection = self._writer.add_connection(topic, ros_type_name(msg_type), typestore=typestore)
             self.counts[topic] = 0
             self._subscriptions.append(bridge.subscription(topic, msg_type, qos, self._writer_for(topic, connection)))
+        if estop_topic:
+            from robotrl.hardware.ros2.msgs import Bool
+
+            connection = self._writer.add_connection(estop_topic, ros_type_name(Bool), typestore=typestore)
+            self.counts[estop_topic] = 0
+            self._subscriptions += subscribe_estop(bridge, estop_topic, self._writer_for(estop_topic, connection))
 
     def _writer_for(self, topic: str, connection):
         def write(msg) -> None:
@@ -140,6 +147,7 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
             "control": task.controller.kind,
             "max_ee_step": task.cfg.max_ee_step,
             "max_joint_step": task.cfg.max_joint_step,
+            "relative_frame": bool(task.controller.relative_frame),
             "gripper_action": bool(task.has_gripper),
             "episode_steps": task.episode_steps,
             "robot": task.robot.name,
@@ -181,6 +189,7 @@ def make_robot_env(
         control=facts["control"],
         max_ee_step=facts["max_ee_step"],
         max_joint_step=facts["max_joint_step"],
+        relative_frame=facts.get("relative_frame", False),
         gripper_action=facts["gripper_action"],
         gripper_obs="gripper" in obs_spec,
         goal=goal,
@@ -228,11 +237,9 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
             }
             if "gripper" in env.topics:
                 topics[env.topics["gripper"]] = (Float64MultiArray, env.cfg.command_qos)
-            if "estop" in env.topics:
-                topics[env.topics["estop"]] = (Bool, "latched")
             if "estop_ack" in env.topics:
                 topics[env.topics["estop_ack"]] = (Bool, "default")
-            recorder = BagRecorder(env.bridge, cfg.record, topics)
+            recorder = BagRecorder(env.bridge, cfg.record, topics, env.topics.get("estop"))
         device = agent.device
         agent.reset_evaluation(1)
         while episodes < cfg.episodes and not stop.is_set():

@@ -9,7 +9,8 @@
 Observations are built from topics: `/joint_states` gives the state entries every simulated arm task
 shares (`arm_qpos`, `arm_qvel`, `ee_pos` by forward kinematics of the robot's MJCF, `gripper` when a task
 uses it), `goal` gives the task entries a robot cannot measure (a target, a hole) as fixed values and
-`relative_goal` those that are `goal - ee_pos`; cameras give `pixels_<name>` ([3, S, S] uint8). Every
+`relative_goal` those that are `goal - ee_pos`; cameras give `pixels_<name>` ([3, S, S] uint8; a mono8
+camera's grey is repeated in the three channels). Every
 observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
 step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
 `StaleObservationError` (`on_stale=raise`). Nor is an action whose observation has aged past
@@ -20,12 +21,14 @@ passes the newest policy command (or None) through `robotrl.safety.Shield.filter
 state, then publishes the shield's setpoint on `/<controller>/commands` (std_msgs/Float64MultiArray, the
 forward_position_controller of ros2_control) and the gripper on `/<gripper_controller>/commands`. The
 policy runs at `policy_rate_hz`: `step()` converts the action to joint targets as the simulated task's
-controller does (ee_delta: damped least-squares IK holding the start orientation; joint_delta;
-joint_position), hands it to the control thread and returns the observation at the next policy tick.
-The shield's corrections in that policy period are reported in `info` (`safety/<kind>`: control periods
-in which it fired). An e-stop topic (std_msgs/Bool) latches the shield's e-stop; after its release, a true
-message on the acknowledgement topic (or `acknowledge_estop()`) lets the next `reset()` restart. Until then
-every reset is refused, so an episode's automatic reset never drives the arm after a stop by itself.
+controller does (ee_delta: damped least-squares IK holding the start orientation, the motion in the tool's
+start frame under `relative_frame`; joint_delta; joint_position), hands it to the control thread and
+returns the observation at the next policy tick. The shield's corrections in that policy period are
+reported in `info` (`safety/<kind>`: control periods in which it fired). An e-stop topic (std_msgs/Bool)
+latches the shield's e-stop: every true message does, however short the press, from a latched or a
+default-QoS publisher (`subscribe_estop`); after its release, a true message on the acknowledgement topic
+(or `acknowledge_estop()`) lets the next `reset()` restart. Until then every reset is refused, so an
+episode's automatic reset never drives the arm after a stop by itself.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import math
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +51,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym
 import mujoco
-from robotrl.hardware.realtime import RealtimeError, check_priority, lock_memory, set_realtime_priority
+from robotrl.hardware.realtime import check_priority, lock_memory, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
+from robotrl.hardware.ros2.names import full_topic_name
+from robotrl.hardware.ros2.qos import Durability, QoSProfile
 
 from robotrl.safety import EStopLatchedError, Shield, ShieldConfig, ShieldResetError
 
@@ -57,6 +63,11 @@ log = logging.getLogger(__name__)
 ASSETS = Path(__file__).resolve().parent.parent / "tasks" / "assets"
 CONTROLS = ("ee_delta", "joint_delta", "joint_position")
 ON_STALE = ("hold", "raise")
+# An e-stop reader keeps every message of a burst until it is taken: a depth-1 reader let a quick release
+# overwrite its press before the receive thread got to it (a process busy for a moment lost short presses).
+ESTOP_DEPTH = 10
+ESTOP_LATCHED_QOS = QoSProfile(depth=ESTOP_DEPTH, durability=Durability.TRANSIENT_LOCAL)
+ESTOP_VOLATILE_QOS = QoSProfile(depth=ESTOP_DEPTH)
 
 
 class StaleObservationError(RuntimeError):
@@ -80,7 +91,7 @@ class RobotEnvConfig:
     joint_states_topic: str = "/joint_states"
     controller: str = "forward_position_controller"  # commands go to /<controller>/commands
     gripper_controller: str = "gripper_controller"  # /<...>/commands; "": none
-    estop_topic: str = "/estop"  # std_msgs/Bool, latched; "": none
+    estop_topic: str = "/estop"  # std_msgs/Bool, latched or default QoS (subscribe_estop); "": none
     # std_msgs/Bool: a true message acknowledges a released e-stop, the operator's permission to restart;
     # volatile (never latched): an old acknowledgement must not release a stop that comes after it
     estop_ack_topic: str = "/estop_ack"
@@ -125,6 +136,26 @@ class RobotEnvConfig:
         for name in ("reset_tolerance", "reset_velocity", "reset_timeout", "close_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"hardware.{name} must be > 0, got {getattr(self, name)!r}")
+        self._check_topics()
+
+    def _check_topics(self) -> None:
+        """Every topic name the env will use, before a bridge joins the domain."""
+        topics = [("joint_states_topic", self.joint_states_topic), ("controller", f"/{self.controller}/commands")]
+        if self.gripper_controller:
+            topics.append(("gripper_controller", f"/{self.gripper_controller}/commands"))
+        topics += [(name, getattr(self, name)) for name in ("estop_topic", "estop_ack_topic") if getattr(self, name)]
+        for camera in self.cameras:
+            try:
+                topics.append(("camera_topic", self.camera_topic.format(name=camera)))
+            except (KeyError, IndexError, ValueError) as error:
+                raise ValueError(
+                    f"hardware.camera_topic {self.camera_topic!r} may hold only the placeholder {{name}} ({error!r})"
+                ) from None
+        for key, topic in topics:
+            try:
+                full_topic_name(topic)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"hardware.{key}: {error}") from None
 
     def shield_config(self) -> ShieldConfig:
         known = set(ShieldConfig.__dataclass_fields__)
@@ -133,6 +164,45 @@ class RobotEnvConfig:
             raise ValueError(f"hardware.shield has unknown keys {unknown}; ShieldConfig has {sorted(known)}")
         values = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in dict(self.shield).items()}
         return ShieldConfig(control_period=1.0 / self.control_rate_hz, **values)
+
+
+def subscribe_estop(bridge: Any, topic: str, callback: Callable[[Any], Any]) -> list:
+    """Two readers of an e-stop topic (std_msgs/Bool), both calling `callback` with each message. The
+    transient-local one hears latched publishers, and a press made before it joined; the volatile one hears
+    publishers with ROS 2's default QoS (`ros2 topic pub`, `create_publisher(topic, 10)`), which a
+    transient-local reader never matches. A latched publisher reaches both readers: a message seen already
+    (same source time and value, where the backend reports the source time) is passed on once. Best-effort
+    publishers match neither: an e-stop must be reliable."""
+    from robotrl.hardware.ros2.msgs import Bool
+
+    seen: deque[tuple[float, bool]] = deque(maxlen=4 * ESTOP_DEPTH)
+    lock = threading.Lock()
+    subscriptions: list = []
+
+    def heard_on(index: int) -> Callable[[Any], None]:
+        def heard(msg) -> None:
+            received = subscriptions[index].latest() if index < len(subscriptions) else None
+            stamp = received.source_time if received is not None and received.msg is msg else None
+            if stamp is not None:
+                key = (stamp, bool(msg.data))
+                with lock:
+                    if key in seen:
+                        return
+                    seen.append(key)
+            callback(msg)
+
+        return heard
+
+    for index, qos in enumerate((ESTOP_LATCHED_QOS, ESTOP_VOLATILE_QOS)):
+        subscriptions.append(bridge.subscription(topic, Bool, qos, heard_on(index)))
+    return subscriptions
+
+
+def _rotation_matrix(quat: np.ndarray) -> np.ndarray:
+    """The 3x3 rotation of a unit quaternion (w, x, y, z)."""
+    matrix = np.zeros(9)
+    mujoco.mju_quat2Mat(matrix, np.asarray(quat, dtype=np.float64))
+    return matrix.reshape(3, 3)
 
 
 class _Kinematics:
@@ -175,8 +245,8 @@ class _State:
 
 
 class RobotEnv(gym.Env):
-    """See the module docstring. `control`, `max_ee_step`, `max_joint_step`, `gripper_action`, `goal`,
-    `relative_goal` and `episode_steps` come from the simulated task a policy was trained on."""
+    """See the module docstring. `control`, `max_ee_step`, `max_joint_step`, `relative_frame`, `gripper_action`,
+    `goal`, `relative_goal` and `episode_steps` come from the simulated task a policy was trained on."""
 
     metadata = {"render_modes": []}
 
@@ -194,12 +264,17 @@ class RobotEnv(gym.Env):
         frame_stack: int = 1,
         observe: list[str] | None = None,
         bridge: Any | None = None,
+        relative_frame: bool = False,
     ):
         cfg.validate()
         if not (isinstance(frame_stack, int) and frame_stack >= 1):
             raise ValueError(f"frame_stack must be an integer >= 1, got {frame_stack!r}")
         if control not in CONTROLS:
             raise ValueError(f"control must be one of {', '.join(CONTROLS)}, got {control!r}")
+        if not isinstance(relative_frame, bool):
+            raise ValueError(f"relative_frame must be true or false, got {relative_frame!r}")
+        if relative_frame and control != "ee_delta":
+            raise ValueError(f"relative_frame=true rotates ee_delta actions; control is {control!r}")
         self.cfg = cfg
         self.spec = load_robot_spec(cfg.robot)
         if control == "ee_delta" and self.spec.end_effector_site is None:
@@ -207,6 +282,10 @@ class RobotEnv(gym.Env):
         if (gripper_action or gripper_obs) and (self.spec.gripper is None or not cfg.gripper_controller):
             raise ValueError(f"the policy uses a gripper; robot {cfg.robot!r} has none (or no gripper_controller)")
         self.control, self.max_ee_step, self.max_joint_step = control, max_ee_step, max_joint_step
+        # ee_delta motions are in the tool's frame at the episode's start (set at reset), as the simulated
+        # controller's relative_frame; observations stay in world axes
+        self.relative_frame = relative_frame
+        self._action_frame = np.eye(3)
         self.gripper_action, self.gripper_obs = gripper_action, gripper_obs
         self.goal = {k: np.asarray(v, dtype=np.float32) for k, v in (goal or {}).items()}
         for key, value in self.goal.items():
@@ -246,33 +325,10 @@ class RobotEnv(gym.Env):
             spaces = {key: space for key, space in spaces.items() if key in observe}
         self.observation_space = gym.spaces.Dict(spaces)
 
-        from robotrl.hardware.ros2 import make_bridge
-        from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, Image, JointState
-
-        self._owns_bridge = bridge is None
-        self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
-        self._Float64MultiArray = Float64MultiArray
-        self.topics = {"joint_states": cfg.joint_states_topic, "commands": f"/{cfg.controller}/commands"}
-        self._joint_states = self.bridge.subscription(cfg.joint_states_topic, JointState, cfg.state_qos)
-        self._command_pub = self.bridge.publisher(self.topics["commands"], Float64MultiArray, cfg.command_qos)
-        self._gripper_pub = None
-        if cfg.gripper_controller and self.spec.gripper is not None:
-            self.topics["gripper"] = f"/{cfg.gripper_controller}/commands"
-            self._gripper_pub = self.bridge.publisher(self.topics["gripper"], Float64MultiArray, cfg.command_qos)
-        if cfg.estop_topic:
-            self.topics["estop"] = cfg.estop_topic
-            self._estop_sub = self.bridge.subscription(cfg.estop_topic, Bool, "latched", self._on_estop)
-        if cfg.estop_ack_topic:
-            self.topics["estop_ack"] = cfg.estop_ack_topic
-            self._estop_ack_sub = self.bridge.subscription(cfg.estop_ack_topic, Bool, "default", self._on_estop_ack)
-        self._images = {
-            name: self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
-            for name in cfg.cameras
-        }
-
-        # state shared with the control thread, under _lock
+        # state shared with the control thread and the bridge's callbacks (an e-stop may arrive as soon as its
+        # subscription exists), under _lock
         self._lock = threading.Lock()
-        self._parsed: tuple[int, _State | None] = (0, None)  # (id of the message, its parse)
+        self._parsed: tuple[Any, _State | None] = (None, None)  # (the message received, its parse)
         self._started = False
         self._pending: torch.Tensor | None = None
         self._pending_gripper: float | None = None
@@ -288,14 +344,26 @@ class RobotEnv(gym.Env):
         self.state_period: float | None = None  # measured joint-state interval (s), at the first reset
         self._last_setpoint: np.ndarray | None = None
         self._gripper_sent = (math.nan, -math.inf)  # (value, time) of the last gripper command published
+        self._warned_no_estop_publisher = False
         self._closing = threading.Event()
+
+        from robotrl.hardware.ros2 import make_bridge
+
+        self._owns_bridge = bridge is None
+        self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
+        try:
+            self._open_topics()
+        except BaseException:  # a failed construction must not keep the domain joined
+            if self._owns_bridge:
+                self.bridge.close()
+            raise
         self._thread = threading.Thread(target=self._control_loop, name="robotrl-robot-env-control", daemon=True)
         self._thread.start()
         try:
             if cfg.lock_memory:
                 lock_memory("hardware.lock_memory")
             set_realtime_priority("hardware.realtime_priority", cfg.realtime_priority, self._thread.native_id)
-        except RealtimeError:
+        except BaseException:
             self.close()
             raise
 
@@ -309,6 +377,29 @@ class RobotEnv(gym.Env):
         self._next_tick = time.monotonic()
 
     # -- topics -------------------------------------------------------------------------------------
+    def _open_topics(self) -> None:
+        from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, Image, JointState
+
+        cfg = self.cfg
+        self.topics = {"joint_states": cfg.joint_states_topic, "commands": f"/{cfg.controller}/commands"}
+        self._joint_states = self.bridge.subscription(cfg.joint_states_topic, JointState, cfg.state_qos)
+        self._command_pub = self.bridge.publisher(self.topics["commands"], Float64MultiArray, cfg.command_qos)
+        self._gripper_pub = None
+        if cfg.gripper_controller and self.spec.gripper is not None:
+            self.topics["gripper"] = f"/{cfg.gripper_controller}/commands"
+            self._gripper_pub = self.bridge.publisher(self.topics["gripper"], Float64MultiArray, cfg.command_qos)
+        self._estop_subs = []
+        if cfg.estop_topic:
+            self.topics["estop"] = cfg.estop_topic
+            self._estop_subs = subscribe_estop(self.bridge, cfg.estop_topic, self._on_estop)
+        if cfg.estop_ack_topic:
+            self.topics["estop_ack"] = cfg.estop_ack_topic
+            self._estop_ack_sub = self.bridge.subscription(cfg.estop_ack_topic, Bool, "default", self._on_estop_ack)
+        self._images = {
+            name: self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
+            for name in cfg.cameras
+        }
+
     def _on_estop(self, msg) -> None:
         with self._lock:
             self.shield.estop(bool(msg.data))
@@ -327,8 +418,9 @@ class RobotEnv(gym.Env):
         received = self._joint_states.latest()
         if received is None:
             return None
-        key, parsed = self._parsed
-        if key == id(received):
+        # The message itself, not its id(): a freed message's address is reused by a newer one
+        last, parsed = self._parsed
+        if last is received:
             return parsed
         msg = received.msg
         try:
@@ -344,7 +436,7 @@ class RobotEnv(gym.Env):
             self.stats["bad_joint_state"] += 1
             log.warning("robot env: ignoring a joint state: %s", error)
             parsed = self._parsed[1]  # keep the last good one (it ages, so the shield holds)
-        self._parsed = (id(received), parsed)
+        self._parsed = (received, parsed)
         return parsed
 
     def _locked_state(self) -> _State | None:
@@ -488,7 +580,10 @@ class RobotEnv(gym.Env):
     def _image(self, msg) -> np.ndarray:
         from robotrl.hardware.ros2.tensors import image_tensor
 
-        pixels = image_tensor(msg)[:3].float().unsqueeze(0)
+        pixels = image_tensor(msg)
+        if pixels.shape[0] == 1:  # mono8: the observation space (and the policy) take three channels
+            pixels = pixels.expand(3, -1, -1)
+        pixels = pixels[:3].float().unsqueeze(0)
         if msg.encoding.startswith("bgr"):
             pixels = pixels.flip(1)
         size = self.cfg.image_size
@@ -508,7 +603,7 @@ class RobotEnv(gym.Env):
             _, quat, jac = self.kinematics.pose(q)
             error = np.concatenate(
                 [
-                    arm * self.max_ee_step,
+                    self._action_frame @ (arm * self.max_ee_step),
                     rotation_error(
                         torch.tensor(self._target_quat, dtype=torch.float32)[None],
                         torch.tensor(quat, dtype=torch.float32)[None],
@@ -538,6 +633,7 @@ class RobotEnv(gym.Env):
             time.sleep(0.01)
         if self.state_period is None and self.shield.config.watchdog:
             self._check_state_rate()
+        self._warn_if_no_estop_publisher()
         self._restart_shield(deadline + cfg.reset_timeout)
         home = self.spec.home.double().numpy()
         period = 1.0 / cfg.policy_rate_hz
@@ -567,10 +663,32 @@ class RobotEnv(gym.Env):
         self._last_target = q.copy()
         if self.control == "ee_delta":
             _, self._target_quat, _ = self.kinematics.pose(q)
+            if self.relative_frame:
+                self._action_frame = _rotation_matrix(self._target_quat)
         self._t = 0
         self._last_obs = obs
         self._next_tick = time.monotonic() + period
         return obs, info
+
+    def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
+        """An action [N, A] whose first three entries are a motion in the robot's base axes (a teleop
+        device's), expressed in this env's action frame (the tool's start frame under `relative_frame`),
+        clipped to [-1, 1]: what ArmController.world_to_action does in simulation."""
+        if self.control != "ee_delta" or not self.relative_frame:
+            return action
+        frame = torch.as_tensor(self._action_frame, dtype=action.dtype)
+        motion = (action[:, :3] @ frame).clamp(-1.0, 1.0)  # each row times frame: frame^T @ motion
+        return torch.cat([motion, action[:, 3:]], -1)
+
+    def _warn_if_no_estop_publisher(self) -> None:
+        if self._estop_subs and not self._warned_no_estop_publisher:
+            if not any(sub.publisher_count() for sub in self._estop_subs):
+                self._warned_no_estop_publisher = True
+                log.warning(
+                    "robot env: nothing publishes on the e-stop topic %s (std_msgs/Bool, reliable; latched or "
+                    "volatile): no e-stop will be heard from it",
+                    self.cfg.estop_topic,
+                )
 
     def _check_state_rate(self, window: float = 0.2) -> None:
         """Measure the joint-state interval and refuse a hold_after the stream cannot keep: with states

@@ -106,6 +106,9 @@ class RobotVecEnv:
         obs, _ = self.env.reset(seed=seed)
         return self._tensors(obs)
 
+    def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
+        return self.env.world_to_action(action)
+
     def step(self, action: torch.Tensor) -> StepResult:
         action = check_action(self.name, action, 1, self.action_dim)
         obs, _, terminated, truncated, info = self.env.step(action[0].numpy())

@@ -230,13 +230,26 @@ class SimTwin:
         self._lateness: deque[float] = deque(maxlen=TIMING_WINDOW)
         self._last_warning: dict[str, float] = {}
         self._stop = threading.Event()
+        for name in cfg.cameras:  # before the bridge: a failed construction must not keep the domain joined
+            self._id(mujoco.mjtObj.mjOBJ_CAMERA, name, "camera")
+        self._cameras: _CameraThread | None = None
 
         from robotrl.hardware.ros2 import make_bridge
-        from robotrl.hardware.ros2.msgs import Float64MultiArray, Image, JointState, JointTrajectory
 
-        self._JointState = JointState
         self._owns_bridge = bridge is None
         self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
+        try:
+            self._open_topics()
+        except BaseException:
+            if self._owns_bridge:
+                self.bridge.close()
+            raise
+
+    def _open_topics(self) -> None:
+        from robotrl.hardware.ros2.msgs import Float64MultiArray, Image, JointState, JointTrajectory
+
+        cfg = self.cfg
+        self._JointState = JointState
         self.joint_states = self.bridge.publisher(cfg.joint_states_topic, JointState, cfg.state_qos)
         self.topics = {"joint_states": self.joint_states.topic}
         self._subscriptions = []
@@ -259,10 +272,7 @@ class SimTwin:
             )
             self.topics["gripper"] = topic
 
-        self._cameras: _CameraThread | None = None
         if cfg.cameras:
-            for name in cfg.cameras:
-                self._id(mujoco.mjtObj.mjOBJ_CAMERA, name, "camera")
             publishers = {
                 name: self.bridge.publisher(f"/camera/{name}/image_raw", Image, "sensor_data") for name in cfg.cameras
             }

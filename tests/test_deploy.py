@@ -1,26 +1,28 @@
 """robotrl-deploy end to end: a run directory (config + checkpoint of a panda_reach policy) deployed through
 the real entry point (Hydra, a process of its own) against the simulated twin over DDS on loopback, with the
-session recorded to a rosbag2 MCAP bag that rosbags reads back. Domain ids 186-189."""
+session recorded to a rosbag2 MCAP bag that rosbags reads back; the e-stop as the robot env hears it, and a
+task's relative_frame carried to the robot env. Domain ids 186-189, 208, 209."""
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
 import torch
-from helpers import run_module
+from helpers import run_module, wait_until
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl[ros]"')
 
-from robotrl.hardware.deploy import DeployConfig, make_robot_env
+from robotrl.hardware.deploy import BagRecorder, DeployConfig, make_robot_env, task_facts
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.msgs import Bool
-from robotrl.hardware.ros2.qos import LATCHED
+from robotrl.hardware.ros2.qos import DEFAULT, LATCHED
 from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
 
 from robotrl.agents import make_agent
@@ -184,3 +186,44 @@ def test_deploy_runs_a_frame_stacked_pixel_policy_on_the_twins_camera(tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])["deploy"]
     assert summary["steps"] == 20 and summary["policy_errors"] == 0
     assert summary.get("stale_observations", 0) == 0 and summary["commands"] > 50
+
+
+def test_the_bag_records_each_estop_message_once_from_latched_and_default_qos_publishers(tmp_path):
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import Stores, get_typestore
+
+    with make_bridge("dds", domain_id=208) as operator, make_bridge("dds", domain_id=208) as bridge:
+        latched = operator.publisher("/estop", Bool, LATCHED)
+        latched.publish(Bool(data=True))  # before recording starts: the latched reader still hears it
+        recorder = BagRecorder(bridge, tmp_path / "bag", {}, estop_topic="/estop")
+        volatile = operator.publisher("/estop", Bool, DEFAULT)  # `ros2 topic pub /estop std_msgs/msg/Bool ...`
+        assert wait_until(lambda: latched.subscription_count() == 2 and volatile.subscription_count() == 1)
+        assert wait_until(lambda: recorder.counts["/estop"] == 1)
+        for count, (publisher, value) in enumerate(
+            ((latched, False), (volatile, True), (volatile, False), (latched, True)), start=2
+        ):
+            publisher.publish(Bool(data=value))
+            assert wait_until(lambda count=count: recorder.counts["/estop"] >= count)  # in order across publishers
+        time.sleep(0.3)  # a duplicate from the second reader would have arrived by now
+        recorder.close()
+    with AnyReader([tmp_path / "bag"], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as reader:
+        values = [reader.deserialize(raw, c.msgtype).data for c, _, raw in reader.messages()]
+    assert values == [True, False, True, False, True]
+
+
+def test_a_relative_frame_task_deploys_with_relative_frame_actions():
+    """A policy trained with task.relative_frame=true thinks in the tool's start frame: the robot env must too
+    (at the Panda's home pose the frame is ~180 deg about x, so otherwise y and z would be mirrored)."""
+    from types import SimpleNamespace
+
+    from robotrl.tasks import TASK_CONFIGS
+
+    for relative_frame in (True, False):
+        task = TASK_CONFIGS["panda_reach"](name="panda_reach", relative_frame=relative_frame)
+        facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task, agent=SimpleNamespace()))
+        assert facts["relative_frame"] is relative_frame and facts["control"] == "ee_delta"
+        env = make_robot_env(RobotEnvConfig(domain_id=209), obs_spec, action_dim, facts, {"target": [0.5, 0.0, 0.3]})
+        try:
+            assert env.relative_frame is relative_frame
+        finally:
+            env.close()

@@ -1,8 +1,9 @@
 """The robot env over real DDS on loopback against the simulated twin (real MuJoCo) running on a thread:
 reset reaches home through the shield, a stale joint-state topic makes the env hold and report, a killed
 twin makes the shield brake within two periods, camera frames become pixel observations, NaN and
-out-of-range actions never reach the command topic. Each test has its own ROS 2 domain id (181-185, 188,
-191, 192, 196)."""
+out-of-range actions never reach the command topic, every e-stop press latches (short ones, latched and
+default-QoS publishers), relative_frame actions move the tool as in simulation. Each test has its own ROS 2
+domain id (181-185, 188, 191, 192, 196, 200-207)."""
 
 import math
 import subprocess
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+import torch
 from helpers import REPO, wait_until
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
@@ -22,10 +24,11 @@ from robotrl.hardware.robot_env import (
     RobotEnv,
     RobotEnvConfig,
     StaleObservationError,
+    subscribe_estop,
 )
 from robotrl.hardware.robot_spec import load_robot_spec
-from robotrl.hardware.ros2 import make_bridge
-from robotrl.hardware.ros2.msgs import Float64MultiArray
+from robotrl.hardware.ros2 import DEFAULT, LATCHED, make_bridge
+from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray
 from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
 
 RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
@@ -392,3 +395,156 @@ def test_the_twin_and_the_real_robot_configs_have_the_same_keys_and_validate():
         configs[hardware] = deploy.hardware
     assert configs["sim_twin"].loopback and not configs["panda"].loopback
     assert set(vars(configs["sim_twin"])) == set(vars(configs["panda"]))
+
+
+def _operator_estop(operator, qos, env: RobotEnv):
+    """An e-stop publisher with `qos`, once it and the env's e-stop readers have matched each other (a latched
+    publisher matches both readers, a default-QoS one only the volatile reader)."""
+    readers = 2 if qos is LATCHED else 1
+    before = sum(sub.publisher_count() for sub in env._estop_subs)
+    publisher = operator.publisher("/estop", Bool, qos)
+    assert wait_until(lambda: sum(sub.publisher_count() for sub in env._estop_subs) == before + readers)
+    assert wait_until(lambda: publisher.subscription_count() == readers)
+    return publisher
+
+
+def test_a_short_estop_press_always_latches_the_shield(caplog):
+    """A press and its release written back to back reach the reader before the receive thread takes either:
+    a depth-1 reader kept only the release. Every press must latch, from a latched (depth 1, the lab's usual)
+    and from a default-QoS publisher."""
+    env = _env(200)
+    operator = make_bridge("dds", domain_id=200)
+    home = SPEC.home.double()
+    try:
+        env._warn_if_no_estop_publisher()
+        assert "nothing publishes on the e-stop topic /estop" in caplog.text
+        for qos in (LATCHED, DEFAULT):
+            estop = _operator_estop(operator, qos, env)
+            for press in range(20):
+                estop.publish(Bool(data=True))
+                estop.publish(Bool(data=False))
+                sum(range(300_000))  # the process holds the GIL for a moment, as a policy's inference does
+                assert wait_until(lambda: env.shield.latched == "estop", timeout=3.0), f"{qos}: press {press} lost"
+                assert wait_until(lambda: not env.shield._estop_pressed, timeout=3.0)
+                env.acknowledge_estop()
+                with env._lock:
+                    now = time.monotonic()
+                    env.shield.reset(home, now, now)
+                assert env.shield.latched is None
+            estop.publish(Bool(data=False))
+    finally:
+        env.close()
+        operator.close()
+
+
+@pytest.mark.parametrize(("qos", "domain_id"), [(LATCHED, 201), (DEFAULT, 202)])
+def test_estop_readers_hear_latched_and_default_qos_publishers_once_per_message(qos, domain_id):
+    heard: list[bool] = []
+    with make_bridge("dds", domain_id=domain_id) as operator, make_bridge("dds", domain_id=domain_id) as bridge:
+        estop = operator.publisher("/estop", Bool, qos)
+        if qos is LATCHED:
+            estop.publish(Bool(data=True))  # pressed before the env joined: a latched publisher still tells it
+        subscriptions = subscribe_estop(bridge, "/estop", lambda msg: heard.append(bool(msg.data)))
+        assert wait_until(lambda: any(sub.publisher_count() for sub in subscriptions))
+        if qos is LATCHED:
+            assert wait_until(lambda: heard == [True])
+            # a latched publisher matches both readers; a default-QoS one only the volatile reader
+            assert [sub.publisher_count() for sub in subscriptions] == [1, 1]
+        else:
+            assert [sub.publisher_count() for sub in subscriptions] == [0, 1]
+        before = list(heard)
+        for value in (True, False, True, False):
+            estop.publish(Bool(data=value))
+        assert wait_until(lambda: len(heard) >= len(before) + 4)
+        time.sleep(0.3)  # a duplicate from the second reader would have arrived by now
+        assert heard == [*before, True, False, True, False]
+
+
+def test_a_mono_camera_fills_the_three_channel_observation():
+    from robotrl.hardware.ros2.tensors import image_msg
+
+    env = _env(203, cfg={"cameras": ["front"], "image_size": 16})
+    try:
+        grey = torch.randint(0, 256, (1, 32, 48), dtype=torch.uint8)
+        pixels = env._image(image_msg(grey, "mono8"))
+        assert pixels.shape == env.observation_space["pixels_front"].shape == (3, 16, 16)
+        np.testing.assert_array_equal(pixels[0], pixels[1])
+        np.testing.assert_array_equal(pixels[0], pixels[2])
+        colour = env._image(image_msg(grey.expand(3, -1, -1).contiguous(), "rgb8"))
+        np.testing.assert_array_equal(pixels, colour)  # the same picture as an rgb8 camera of greys
+    finally:
+        env.close()
+
+
+def test_a_joint_state_parse_is_never_one_of_an_older_message():
+    """The parse is cached per message; a freed message's address is reused by newer ones, so the cache must
+    hold the message itself, not its id()."""
+    from robotrl.hardware.ros2.tensors import joint_state_msg
+
+    env = _env(204)
+    names = [*SPEC.joints, *SPEC.gripper.joints]
+    try:
+        sub = env._joint_states
+        for k in range(0, 6000, 3):
+            sub._deliver(joint_state_msg(names, [float(k)] * 9), None)
+            env._locked_state()
+            sub._deliver(joint_state_msg(names, [float(k + 1)] * 9), None)
+            sub.take()  # the older messages are dropped (as reset's state-rate check does)
+            sub._deliver(joint_state_msg(names, [float(k + 2)] * 9), None)
+            assert env._locked_state().position[0].item() == k + 2
+    finally:
+        env.close()
+
+
+def test_a_failed_construction_leaves_the_domain_free(monkeypatch):
+    """A robot env or twin that fails after joining the domain leaves it: a bridge of the other loopback
+    setting can open it (Cyclone allows one configuration per domain and process)."""
+    from robotrl.hardware.ros2.dds_backend import LOOPBACK_CONFIG
+
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_CONFIG)  # loopback=False reads it: stays on this machine
+    with pytest.raises(ValueError, match=r"hardware\.camera_topic: invalid ROS 2 topic name '/camera/front/image raw'"):
+        _env(205, cfg={"cameras": ["front"], "camera_topic": "/camera/{name}/image raw"})
+    clash = "/forward_position_controller/commands"  # JointState and Float64MultiArray on one topic
+    with pytest.raises(TypeError, match="already carries JointState"):
+        _env(205, cfg={"joint_states_topic": clash})
+    with pytest.raises(KeyError, match="camera 'frnt'"):
+        SimTwin(SimTwinConfig(domain_id=205, cameras=["frnt"]))
+    with pytest.raises(TypeError, match="already carries JointState"):
+        SimTwin(SimTwinConfig(domain_id=205, joint_states_topic=clash))
+    make_bridge("dds", domain_id=205, loopback=False).close()
+
+
+def test_relative_frame_actions_move_the_tool_as_the_simulated_controller_does():
+    """With relative_frame an ee_delta action is in the tool's frame at the episode's start, ~180 deg about x
+    at the Panda's home pose: +z moves the tool down, on the twin as in the MuJoCo task."""
+    from robotrl.tasks import TASK_CONFIGS, make_env
+
+    with pytest.raises(ValueError, match="relative_frame=true rotates ee_delta actions; control is 'joint_delta'"):
+        _env(206, control="joint_delta", relative_frame=True)
+    sim = make_env(TASK_CONFIGS["panda_reach"](name="panda_reach", relative_frame=True), num_envs=1)
+    try:
+        sim.reset(seed=0)
+        sim_world_to_action = sim.task.controller.world_to_action(torch.tensor([[0.0, 0.0, 1.0]]))
+        start = sim.task.ee_pos()[0].clone()
+        for _ in range(5):
+            sim.step(torch.tensor([[0.0, 0.0, 1.0]]))
+        sim_motion = (sim.task.ee_pos()[0] - start).numpy()
+    finally:
+        sim.close()
+    with twin_running(207):
+        env = _env(207, control="ee_delta", relative_frame=True)
+        try:
+            obs, _ = env.reset()
+            start = obs["ee_pos"].copy()
+            up = env.world_to_action(torch.tensor([[0.0, 0.0, 1.0]]))  # a teleop device's "up"
+            assert up[0, 2] < -0.99  # is -z of the upside-down tool frame, as in simulation
+            torch.testing.assert_close(up, sim_world_to_action, atol=0.1, rtol=0)  # sim resets add joint noise
+            for _ in range(10):  # the shield ramps the motion up (jerk and acceleration limits)
+                obs, _, _, _, info = env.step(np.array([0.0, 0.0, 1.0], np.float32))
+            assert info["stale_observation"] == 0
+            robot_motion = obs["ee_pos"] - start
+        finally:
+            env.close()
+    assert sim_motion[2] < -0.03 and robot_motion[2] < -0.03  # down, not up
+    cosine = robot_motion @ sim_motion / (np.linalg.norm(robot_motion) * np.linalg.norm(sim_motion))
+    assert cosine > 0.95, (robot_motion, sim_motion)

@@ -29,7 +29,7 @@ from robotrl.hardware.ros2.bridge import rclpy_available
 from robotrl.hardware.ros2.dds_backend import LOOPBACK_CONFIG, dds_qos
 from robotrl.hardware.ros2.msgs import MESSAGE_TYPES, Bool, Float64MultiArray, Image, JointState
 from robotrl.hardware.ros2.names import dds_topic_name
-from robotrl.hardware.ros2.rclpy_backend import from_ros, to_ros
+from robotrl.hardware.ros2.rclpy_backend import LOOPBACK_ENV, discovery_environment, from_ros, to_ros
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -305,6 +305,32 @@ def test_rclpy_backend_pub_sub():
         assert wait_until(lambda: publisher.subscription_count() == 1)
         publisher.publish(JointState(name=["a"], position=[1.0]))
         assert collect(subscription, 1)[0].msg.position == [1.0]
+
+
+def test_rclpy_loopback_environment_is_put_back_after_init(monkeypatch):
+    """rcl reads the discovery variables when a context is initialised: loopback sets them for that call
+    only, so a later loopback=False bridge in the same process gets the user's settings (set or unset)."""
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET")
+    monkeypatch.setenv("ROS_STATIC_PEERS", "192.168.1.7")
+    monkeypatch.delenv("ROS_LOCALHOST_ONLY", raising=False)
+    user = {name: os.environ.get(name) for name in LOOPBACK_ENV}
+    with discovery_environment(loopback=True):
+        assert {name: os.environ.get(name) for name in LOOPBACK_ENV} == LOOPBACK_ENV
+    assert {name: os.environ.get(name) for name in LOOPBACK_ENV} == user
+    with pytest.raises(RuntimeError, match="init failed"), discovery_environment(loopback=True):
+        raise RuntimeError("init failed")
+    assert {name: os.environ.get(name) for name in LOOPBACK_ENV} == user
+    with discovery_environment(loopback=False):
+        assert {name: os.environ.get(name) for name in LOOPBACK_ENV} == user
+
+
+def test_rclpy_loopback_does_not_outlive_its_bridge():
+    pytest.importorskip("rclpy", reason="rclpy is not importable (source a ROS 2 install to run this)")
+    before = {name: os.environ.get(name) for name in LOOPBACK_ENV}
+    with make_bridge("rclpy", domain_id=206, loopback=True, node_name="robotrl_loopback_test"):
+        assert {name: os.environ.get(name) for name in LOOPBACK_ENV} == before
+    with make_bridge("rclpy", domain_id=206, loopback=False, node_name="robotrl_network_test"):
+        assert {name: os.environ.get(name) for name in LOOPBACK_ENV} == before
 
 
 class _FakeRosMessage:

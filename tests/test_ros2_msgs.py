@@ -187,6 +187,36 @@ def test_image_data_is_bytes_and_accepts_buffers():
         assert Image.deserialize(msg.serialize()).data == pixels.tobytes()
 
 
+def test_image_data_from_any_memoryview_is_its_bytes_as_rosbags_reads_them():
+    """len() of a memoryview counts its first dimension's items: a (2, 2, 3) view has len 2, a uint16 view one
+    per two bytes. The wire must carry every byte, as rosbags serializes them."""
+    pixels = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
+    wide = np.arange(6, dtype=np.uint16) * 1000
+    cases = [
+        (memoryview(pixels), "rgb8", 6),
+        (memoryview(wide), "mono16", 6),
+        (memoryview(pixels[:, ::-1]), "rgb8", 6),  # not contiguous
+    ]
+    for view, encoding, step in cases:
+        data = view.tobytes()
+        ours = Image(height=2, width=step // (3 if encoding == "rgb8" else 2), encoding=encoding, step=step, data=view)
+        theirs = HUMBLE.types["sensor_msgs/msg/Image"](
+            header=HUMBLE.types["std_msgs/msg/Header"](
+                stamp=HUMBLE.types["builtin_interfaces/msg/Time"](sec=0, nanosec=0), frame_id=""
+            ),
+            height=ours.height,
+            width=ours.width,
+            encoding=encoding,
+            is_bigendian=0,
+            step=step,
+            data=np.frombuffer(data, dtype=np.uint8),
+        )
+        our_bytes = ours.serialize()
+        assert our_bytes == bytes(HUMBLE.serialize_cdr(theirs, "sensor_msgs/msg/Image")), view.format
+        assert HUMBLE.deserialize_cdr(our_bytes, "sensor_msgs/msg/Image").data.tobytes() == data
+        assert Image.deserialize(our_bytes).data == data
+
+
 def test_unknown_message_type_is_named():
     with pytest.raises(TypeError, match="dict"):
         ros_type_name(dict)

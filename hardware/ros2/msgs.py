@@ -243,7 +243,10 @@ class _OctetSequenceMachine(BytesMachine):
     50 ms to serialize, and bytes instead of a 921,600-element list)."""
 
     def serialize(self, buffer, value, *args, **kwargs):
-        if not isinstance(value, (bytes, bytearray, memoryview)):
+        if isinstance(value, memoryview):
+            # len() of a memoryview counts items of its first dimension, not bytes: view it as flat bytes
+            value = value.cast("B") if value.c_contiguous else value.tobytes()
+        elif not isinstance(value, (bytes, bytearray)):
             value = bytes(value)  # a list of ints or a numpy uint8 array
         super().serialize(buffer, value, *args, **kwargs)
 

@@ -10,7 +10,8 @@ import array
 import importlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from robotrl.hardware.ros2.bridge import Bridge, Publisher, Subscription
@@ -24,6 +25,33 @@ RCLPY_HINT = (
     "(`source /opt/ros/<distro>/setup.bash`, the same Python version as ROS), or use backend='dds' "
     '(Cyclone DDS, wire-compatible with ROS 2 nodes, `pip install "robotrl[ros]"`)'
 )
+
+
+# What keeps a ROS 2 context on this machine: ROS_LOCALHOST_ONLY (Humble), ROS_AUTOMATIC_DISCOVERY_RANGE and
+# no ROS_STATIC_PEERS (Jazzy on). rcl reads them once, when a context is initialised (rcl_init).
+LOOPBACK_ENV = {"ROS_LOCALHOST_ONLY": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_STATIC_PEERS": ""}
+_environment_lock = threading.Lock()
+
+
+@contextmanager
+def discovery_environment(loopback: bool) -> Iterator[None]:
+    """With loopback, LOOPBACK_ENV in the process environment for the duration (the previous values, or their
+    absence, are put back after), so a later loopback=False bridge in this process gets the user's own
+    settings; without loopback the environment is left as the user set it."""
+    if not loopback:
+        yield
+        return
+    with _environment_lock:
+        saved = {name: os.environ.get(name) for name in LOOPBACK_ENV}
+        os.environ.update(LOOPBACK_ENV)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def import_rclpy() -> Any:
@@ -121,12 +149,9 @@ class RclpyBridge(Bridge):
         rclpy = import_rclpy()
         from rclpy.executors import SingleThreadedExecutor
 
-        if loopback:
-            # read by the rmw layer at init: ROS_LOCALHOST_ONLY (Humble), ROS_AUTOMATIC_DISCOVERY_RANGE (Jazzy on)
-            os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
-            os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
         self._context = rclpy.Context()
-        rclpy.init(context=self._context, domain_id=domain_id)
+        with discovery_environment(loopback):
+            rclpy.init(context=self._context, domain_id=domain_id)
         self._node = rclpy.create_node(node_name, context=self._context)
         self._executor = SingleThreadedExecutor(context=self._context)
         self._executor.add_node(self._node)

@@ -60,9 +60,16 @@ def find_task(env):
 
 def world_to_action_of(env) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """How to turn an action whose motion is in world axes (a teleop device's) into `env`'s action frame:
-    its simulated arm controller's `world_to_action`, or None where the frames are the same."""
+    its simulated arm controller's `world_to_action`, a robot env's own, or None where there is none."""
     controller = getattr(find_task(env), "controller", None)
-    return controller.world_to_action if controller is not None else None
+    if controller is not None:
+        return controller.world_to_action
+    seen = env  # a robot env converts in its own frame
+    while seen is not None:
+        if "world_to_action" in type(seen).__dict__:
+            return seen.world_to_action
+        seen = seen.__dict__.get("env") if hasattr(seen, "__dict__") else None
+    return None
 
 
 def expert_of(env) -> Callable[[], torch.Tensor]:
