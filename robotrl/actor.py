@@ -25,6 +25,7 @@ import secrets
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,12 @@ from robotrl.tasks import TASK_CONFIGS
 log = logging.getLogger(__name__)
 
 
+def actor_seed(seed: int, actor_id: str) -> int:
+    """The seed of one actor's env resets and exploration: `seed` mixed with its id, so actors launched with
+    the same settings (the default seed) do not send the learner the same episodes. Stable across runs."""
+    return (seed * 1_000_003 + zlib.crc32(actor_id.encode())) % 2**31
+
+
 @dataclass
 class ActorHILConfig:
     """The actor's side of `hil.*` (robotrl/hil/config.py): who takes over, and a learned reward. The
@@ -76,7 +83,7 @@ class ActorConfig:
     learner: ConnectConfig = field(default_factory=ConnectConfig)
     actor_id: str = "actor0"  # one per actor process feeding the same learner
     num_envs: int = 1
-    seed: int = 1
+    seed: int = 1  # with actor_id (actor_seed): actors started with the same seed still explore differently
     backend: str | None = None  # mujoco | genesis: the simulator, over task.backend (as robotrl-train)
     device: str = "cpu"  # where the policy runs
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
@@ -290,10 +297,11 @@ class Actor:
         stop = stop or threading.Event()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        torch.manual_seed(cfg.seed)
+        seed = actor_seed(cfg.seed, cfg.actor_id)
+        torch.manual_seed(seed)
         env, agent = self._connect(stop)
         sender = self.sender
-        stepper = EnvStepper(env, agent, seed=cfg.seed)
+        stepper = EnvStepper(env, agent, seed=seed)
         batcher = TransitionBatcher(cfg.batch_steps)
         episodes = EpisodeStats(cfg.num_envs)
         writer = None

@@ -341,3 +341,11 @@ def restored_metrics():
     from robotrl.runtime.metrics import UpdateMetrics
 
     return UpdateMetrics()
+
+
+def test_actors_started_alike_explore_differently():
+    from robotrl.actor import actor_seed
+
+    seeds = {actor_seed(1, f"actor{i}") for i in range(8)}
+    assert len(seeds) == 8 and all(0 <= s < 2**31 for s in seeds)
+    assert actor_seed(1, "arm") == actor_seed(1, "arm") != actor_seed(2, "arm")
