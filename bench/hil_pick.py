@@ -58,6 +58,12 @@ def hil_overrides(extra: list[str]) -> list[str]:
     return [f"{key}={value}" for key, value in settings.items()]
 
 
+def same_learner() -> list[str]:
+    """The HIL run's learner settings that mean something without demos or an operator (its n-step
+    returns), for the run with neither: the comparison is then about the demos and the operator alone."""
+    return [f"{key}={value}" for key, value in HIL.items() if key == "agent.n_step"]
+
+
 def extra_args(parser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="env steps of each RL run")
     parser.add_argument("--demos", type=int, default=10)
@@ -164,7 +170,7 @@ def main() -> None:
                 [*common, f"hil.demos=[{demos}]", "hil.operator=scripted", *hil_overrides(args.hil_override)],
                 root / "hil.log",
             ),
-            start_run(plain_dir, common, root / "no_hil.log"),
+            start_run(plain_dir, [*common, *same_learner()], root / "no_hil.log"),
         ]
         bc_agent, task, bc_loss, bc_train_s = behaviour_cloning(demos, bc_updates, args.seed)
         for proc, name in zip(runs, ("hil", "no_hil"), strict=True):

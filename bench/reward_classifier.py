@@ -140,8 +140,8 @@ def online_check(classifier, cameras: list[str], rounds: int, seed: int) -> dict
 def main() -> None:
     def extra(parser):
         parser.add_argument("--cameras", default="front,wrist", help="comma-separated cameras")
-        parser.add_argument("--episodes", type=int, default=None, help="generated episodes (default 400, quick 64)")
-        parser.add_argument("--epochs", type=float, default=None, help="training epochs (default 6, quick 5)")
+        parser.add_argument("--episodes", type=int, default=None, help="generated episodes (default 400, quick 24)")
+        parser.add_argument("--epochs", type=float, default=None, help="training epochs (default 6, quick 3)")
 
     args = parse_args(__doc__, extra)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -151,8 +151,8 @@ def main() -> None:
     from robotrl.train_classifier import TrainClassifierConfig, train_and_calibrate
 
     cameras = args.cameras.split(",")
-    num_episodes = args.episodes or (64 if args.quick else 400)
-    epochs = args.epochs or (5.0 if args.quick else 6.0)
+    num_episodes = args.episodes or (24 if args.quick else 400)
+    epochs = args.epochs or (3.0 if args.quick else 6.0)
     start = time.perf_counter()
     episodes = generate_episodes(num_episodes, cameras)
     generate_s = time.perf_counter() - start

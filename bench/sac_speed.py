@@ -110,6 +110,7 @@ def robotrl_loop_steps_per_s(env_id: str, warmup: int, steps: int, precision: st
         checkpoint_replay=False,
         video=False,
         progress=False,
+        device="cpu",  # SB3's loop runs on the CPU too ("auto" would take a GPU where there is one)
     )
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, Path(tmp))
