@@ -5,7 +5,9 @@ entity per top-level body: Genesis applies gravity compensation per entity, not 
 `gravcomp` does, so the arm (gravcomp 1) and a free cube (gravcomp 0) must be separate entities.
 Mocap bodies become fixed entities whose base pose is set per env. World geoms (the floor) go with the
 first articulated entity. Position actuators keep their MJCF gains (Genesis reads kp, kv and the force
-range of a `<position>` actuator) and take joint targets through Genesis's PD control.
+range of a `<position>` actuator) and take joint targets through Genesis's PD control. Genesis applies MJCF
+contact excludes and contype/conaffinity only within one entity, so after the build the geom pairs MuJoCo
+never collides are cut from its collider's pair table; geoms are matched to MuJoCo's by body and order.
 
 Genesis is imported lazily: `pip install -e ".[genesis]"` provides it. It runs on its CPU backend, or
 on CUDA when torch sees a GPU; results are returned on the CPU, where tasks keep their own tensors.
@@ -42,42 +44,6 @@ def import_genesis():
     return gs
 
 
-def _cross_exclusions(spec: mujoco.MjSpec, model: mujoco.MjModel) -> None:
-    """Carry `<contact><exclude>` pairs between bodies of different top-level trees (so, once split, different
-    entities, where Genesis has no exclusion list) over into contype/conaffinity bits, which Genesis honours
-    between entities: the body on the smaller side of each pair gets a private bit that the other side lacks."""
-    root = model.body_rootid
-    size = np.bincount(root, minlength=model.nbody)
-    excluded: dict[int, set[int]] = {}  # body with a private bit -> bodies it must not touch
-    for signature in model.exclude_signature:
-        a, b = int(signature) >> 16, int(signature) & 0xFFFF
-        if root[a] == root[b]:
-            continue  # within one entity: the MJCF exclude stays in that entity's part
-        own, other = (a, b) if size[root[a]] <= size[root[b]] else (b, a)
-        excluded.setdefault(own, set()).add(other)
-    if not excluded:
-        return
-    if len(excluded) > 30:
-        raise ValueError("the genesis backend carries at most 30 bodies' cross-tree contact excludes")
-    bit = {body: 2 << k for k, body in enumerate(excluded)}
-    for body in spec.bodies:
-        i = model.body(body.name).id
-        if i in bit:
-            ctype = bit[i]
-            caff = bit[i] | sum(bit[j] for j in bit if j != i and i not in excluded[j] and j not in excluded[i])
-        else:
-            ctype = caff = 1 | sum(bit[j] for j in bit if i not in excluded[j])
-        for geom in body.geoms:
-            if geom.contype == 0 and geom.conaffinity == 0:
-                continue  # visual only
-            if (geom.contype, geom.conaffinity) != (1, 1):
-                raise ValueError(
-                    f"body {body.name!r}: the genesis backend turns cross-tree contact excludes into contype/"
-                    "conaffinity bits and needs the default contype=conaffinity=1 on colliding geoms"
-                )
-            geom.contype, geom.conaffinity = ctype, caff
-
-
 def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple], list[tuple[str, str, np.ndarray]]]:
     """The compiled whole scene; (top-level body, kind, gravity compensation, MJCF text, pose) per entity; and the
     welds between bodies of different entities as (body1, body2, pose of body2 in body1's frame [7]).
@@ -86,9 +52,13 @@ def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple], list[tuple[str
     base (Genesis's `set_pos`) moves the body itself."""
     spec = mujoco.MjSpec.from_file(str(xml))
     model = spec.compile()
+    # MuJoCo starts an inactive equality off and no backend call turns it on; Genesis's MJCF parser would apply it.
+    for equality in list(spec.equalities):
+        if not equality.active:
+            spec.delete(equality)
     welds = []
     for e in range(model.neq):
-        if int(model.eq_objtype[e]) != int(mujoco.mjtObj.mjOBJ_BODY):
+        if not model.eq_active0[e] or int(model.eq_objtype[e]) != int(mujoco.mjtObj.mjOBJ_BODY):
             continue  # joint couplings live inside one tree
         a, b = int(model.eq_obj1id[e]), int(model.eq_obj2id[e])
         if model.body_rootid[a] == model.body_rootid[b]:
@@ -99,7 +69,6 @@ def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple], list[tuple[str
                 "genesis backend cannot carry between entities (it carries welds between two bodies)"
             )
         welds.append((model.body(a).name, model.body(b).name, np.array(model.eq_data[e][3:10])))
-    _cross_exclusions(spec, model)
     tops = list(spec.worldbody.bodies)
     holder = next((b.name for b in tops if not b.mocap and not b.joints), tops[0].name)  # keeps the floor
     entities = []
@@ -158,6 +127,9 @@ class GenesisBackend(SimBackend):
                 integrator=integrator,
                 enable_torsional_friction=bool((self.model.geom_condim >= 4).any()),
                 enable_self_collision=True,
+                # Genesis drops self-collision pairs that overlap at qpos0 (the Panda's link5 and hand); tasks reset
+                # away from qpos0 and MuJoCo keeps those pairs.
+                enable_neutral_collision=True,
             ),
             show_viewer=False,
         )
@@ -171,29 +143,83 @@ class GenesisBackend(SimBackend):
             if kind == "mocap":
                 self._mocap[name] = entity
         self.scene.build(n_envs=num_envs)
+        self._mj_geom = self._match_collision_geoms()
+        self._drop_pairs_mujoco_never_collides()
         # MuJoCo starts every actuator at ctrl = 0 (a position actuator holds its joint at 0: the gripper closed);
         # Genesis starts with no control at all, so give the position actuators MuJoCo's initial targets.
         names = [self.model.actuator(i).name for i in range(self.model.nu)]
         if names:
             self.set_actuators(names, torch.zeros(num_envs, len(names)))
-        # A weld between entities: put body2 where the weld holds it (MJCF relpose), then weld the current pose.
+        # A weld between entities: put body2 where the weld holds it (MJCF relpose; without one, where it is at qpos0,
+        # which the scene starts in), then weld the current pose.
         self.forward()
         everyone = torch.arange(num_envs)
         for body1, body2, relpose in welds:
-            pos, quat = self.body_pose(body1)
-            offset, turn = (
-                torch.tensor(relpose[:3], dtype=torch.float32),
-                torch.tensor(relpose[3:], dtype=torch.float32),
-            )
-            self.set_free_body_pose(
-                everyone,
-                body2,
-                pos + (quat_to_matrix(quat) @ offset.unsqueeze(-1)).squeeze(-1),
-                quat_multiply(quat, turn.expand_as(quat)),
-            )
+            if relpose[3:].any():
+                pos, quat = self.body_pose(body1)
+                offset, turn = torch.tensor(relpose[:3]).float(), torch.tensor(relpose[3:]).float()
+                self.set_free_body_pose(
+                    everyone,
+                    body2,
+                    pos + (quat_to_matrix(quat) @ offset.unsqueeze(-1)).squeeze(-1),
+                    quat_multiply(quat, turn.expand_as(quat)),
+                )
+            # body2 first: Genesis anchors a weld at its first link's origin, MuJoCo at body2's (MJCF's default
+            # anchor). Anchored at the hand, the peg 12 cm away drifted 1 cm and 0.08 rad under random actions.
             self.scene.sim.rigid_solver.add_weld_constraint(
-                self._link(body1)[1].idx, self._link(body2)[1].idx, envs_idx=self._ids(everyone)
+                self._link(body2)[1].idx, self._link(body1)[1].idx, envs_idx=self._ids(everyone)
             )
+
+    def _match_collision_geoms(self) -> np.ndarray:
+        """MuJoCo's geom id of each Genesis collision geom, matched by body and order among the body's colliding
+        geoms (Genesis's geom names are not reliable: it calls hand4's middle_tip and ring_tip "index_tip")."""
+        model = self.model
+        colliding = np.flatnonzero((model.geom_contype | model.geom_conaffinity) != 0)
+        mujoco_geoms: dict[str, list[int]] = {}
+        for g in colliding:
+            mujoco_geoms.setdefault(model.body(int(model.geom_bodyid[g])).name, []).append(int(g))
+        genesis_geoms: dict[str, list[int]] = {}
+        for i, geom in enumerate(self.scene.sim.rigid_solver.geoms):
+            genesis_geoms.setdefault(geom.link.name, []).append(i)
+        differ = sorted(
+            body
+            for body in mujoco_geoms.keys() | genesis_geoms.keys()
+            if len(mujoco_geoms.get(body, ())) != len(genesis_geoms.get(body, ()))
+        )
+        if differ:
+            raise ValueError(
+                f"bodies {differ} have a different number of collision geoms on the genesis backend than in the MJCF "
+                "(a mesh split into convex pieces?): the backend matches geoms to MuJoCo's by body and order"
+            )
+        out = np.empty(len(self.scene.sim.rigid_solver.geoms), dtype=np.int64)
+        for body, geoms in genesis_geoms.items():
+            out[geoms] = mujoco_geoms[body]
+        return out
+
+    def _drop_pairs_mujoco_never_collides(self) -> None:
+        """Remove from Genesis's collider the geom pairs MuJoCo never collides: `<contact><exclude>` bodies and
+        contype/conaffinity that do not match. Genesis honours both only within one entity (an MJCF entity's masks
+        are local to it), so across the split scene's entities they would collide. The pairs are cut from the
+        collider's candidate pair table after the build, as Genesis's own build leaves out welded pairs."""
+        model, geoms = self.model, self._mj_geom
+        excluded = np.zeros((model.nbody, model.nbody), dtype=bool)
+        for signature in model.exclude_signature:
+            a, b = int(signature) >> 16, int(signature) & 0xFFFF
+            excluded[a, b] = excluded[b, a] = True
+        body, contype, conaffinity = model.geom_bodyid[geoms], model.geom_contype[geoms], model.geom_conaffinity[geoms]
+        masks_match = (contype[:, None] & conaffinity[None, :]) | (contype[None, :] & conaffinity[:, None])
+        never = excluded[body[:, None], body[None, :]] | (masks_match == 0)
+        try:
+            table = self.scene.sim.rigid_solver.collider.collider_info.collision_pair_idx
+        except AttributeError as err:
+            raise RuntimeError(
+                "the genesis backend drops MJCF contact excludes from Genesis's collider pair table "
+                "(collider_info.collision_pair_idx, genesis-world 1.4.5), which this Genesis lacks"
+            ) from err
+        pairs = table.to_numpy()
+        n = len(geoms)
+        pairs[:n, :n][never] = -1
+        table.from_numpy(pairs)
 
     # -- name lookups ----------------------------------------------------------------------------
     @cache  # noqa: B019  (the backend lives as long as its env)
@@ -335,16 +361,11 @@ class GenesisBackend(SimBackend):
 
     @cache  # noqa: B019
     def _geom_mask(self, geoms: tuple[str, ...]) -> torch.Tensor:
-        names = {g: self._named(mujoco.mjtObj.mjOBJ_GEOM, g, "geom") for g in geoms}  # checks each name
-        solver = self.scene.sim.rigid_solver
-        mask = torch.zeros(solver.n_geoms, dtype=torch.bool)
-        for i, geom in enumerate(solver.geoms):
-            if geom.metadata.get("name") in names:
-                mask[i] = True
-        missing = set(names) - {g.metadata.get("name") for g in solver.geoms}
+        ids = [self._named(mujoco.mjtObj.mjOBJ_GEOM, g, "geom") for g in geoms]  # checks each name
+        missing = [name for name, i in zip(geoms, ids, strict=True) if i not in self._mj_geom]
         if missing:
-            raise KeyError(f"geoms {sorted(missing)} have no collision geometry on the genesis backend")
-        return mask
+            raise KeyError(f"geoms {missing} have no collision geometry on the genesis backend")
+        return torch.from_numpy(np.isin(self._mj_geom, ids))
 
     def in_contact(self, geoms_a, geoms_b):
         in_a, in_b = self._geom_mask(tuple(geoms_a)), self._geom_mask(tuple(geoms_b))

@@ -4,15 +4,21 @@ The estimate is per-env state times `num_envs` plus a backend's fixed cost, agai
 backend would allocate from: the CPU's available RAM, or the free CUDA memory where Genesis would run
 on a GPU. Per env it counts a probe of the task's own scene (one MuJoCo `MjData`: its buffer and the
 arena one control step uses) plus the per-env overhead each backend showed on top of it, measured as
-resident-memory growth from 16 to 256 (Genesis also 1024) envs of panda_pick_cube, 2026-11, 2 CPU cores:
+resident-memory growth from 16 to 256 envs (Genesis hand_reorient also 1024), 2026-11, 2 CPU cores:
 
-- mujoco: 0.50 MB per env (reach 0.49, hand_reorient 0.54; the MjData probe is 37-56 KB of that);
-- genesis (CPU backend): 0.67 MB per env, linear to 1024 envs, plus about 0.48 GB for the scene and its
-  kernels whatever `num_envs` is. On CUDA the same figures are used against free GPU memory (not
+- mujoco: 0.50 MB per env on panda_pick_cube (reach 0.49, hand_reorient 0.54; the MjData probe is 37-56 KB
+  of that);
+- genesis (CPU backend): per env, probe included, panda_reach 0.42 MB, panda_pick_cube 0.64, panda_push
+  0.66, panda_peg_insert 0.88, hand_reorient 0.97 (0.97 to 1024 envs: linear), plus about 0.4 GB for the
+  scene and its kernels whatever `num_envs` is (0.48 GB counted). Genesis's buffers grow with the scene's
+  collision pairs and dofs in a way the MjData probe does not follow, so its overhead is the largest
+  measured one (hand_reorient's) with 10% headroom, for every scene: hand_reorient is estimated at 1.07 MB
+  per env, panda_reach over-estimated 2.5x. On CUDA the same figures are used against free GPU memory (not
   measured on a GPU: no GPU was at hand).
 
-It is an estimate, within about 15% of those measurements: a `num_envs` far beyond the machine fails
-here, with the figure, instead of deep inside a simulator's allocation; one near the limit may pass.
+It is an estimate: a `num_envs` far beyond the machine fails here, with the figure, instead of deep
+inside a simulator's allocation; one near the limit may pass on MuJoCo (within about 15%) or be refused
+on Genesis for a small scene.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 MB = 1 << 20
 GB = 1 << 30
-PER_ENV_OVERHEAD = {"mujoco": int(0.48 * MB), "genesis": int(0.64 * MB)}  # beyond the MjData probe
+PER_ENV_OVERHEAD = {"mujoco": int(0.48 * MB), "genesis": int(1.02 * MB)}  # beyond the MjData probe
 FIXED = {"mujoco": 0, "genesis": int(0.48 * GB)}
 
 
