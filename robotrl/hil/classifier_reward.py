@@ -53,7 +53,6 @@ class ClassifierReward:
         self.has_success = True
         self.success_reward, self.failure_reward = float(success_reward), float(failure_reward)
         self.terminate_on_success = terminate_on_success
-        self.channels = classifier.architecture.input_shape[0]
         self._check_env_images()
         self.env_success: torch.Tensor | None = None  # the wrapped env's own success at the last step
 
