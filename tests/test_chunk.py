@@ -11,6 +11,7 @@ from torch import nn
 from robotrl.agents import ChunkConfig, ChunkCritic, make_agent
 from robotrl.data import Batch, ReplayBuffer, TensorSpec
 from robotrl.data.replay import SequenceBatch
+from robotrl.nn import TanhNormal
 from robotrl.nn.chunk_execution import ChunkExecution, ensemble_weights
 
 SPEC = {"state": TensorSpec((2,))}
@@ -177,6 +178,47 @@ def test_update_scores_whole_chunks_and_refuses_single_actions():
         agent.update(single)
     with pytest.raises(ValueError, match=r"agent\.chunk_len=3"):
         agent.update(SequenceBatch(obs, actions[:, 0], reward, reward, obs, actions[:, :2], reward, valid[:, :2]))
+
+
+class _SumOfChunk(nn.Module):
+    """A stand-in critic: Q(s, chunk) = sign * the sum of the chunk's entries; member 1 a little lower."""
+
+    def __init__(self, sign: float, obs_dim: int):
+        super().__init__()
+        self.sign, self.obs_dim = sign, obs_dim
+
+    def forward(self, x, frozen=False):
+        q = self.sign * x[:, self.obs_dim :].sum(-1, keepdim=True)
+        return torch.stack([q, q - 1.0])
+
+
+def test_best_of_n_takes_the_chunk_the_critics_rate_highest_in_acting_and_in_the_target():
+    cfg = ChunkConfig(chunk_len=3, num_samples=16, actor_hidden=[16], critic_hidden=[16])
+    agent = ChunkCritic(cfg, SPEC, 2)
+    agent.critic, agent.target_critic = _SumOfChunk(1.0, 2), _SumOfChunk(-1.0, 2)
+    features = torch.randn(512, 2)
+    dist = agent.actor(features)
+    torch.manual_seed(0)
+    chunk, log_prob = agent._best_of_samples(agent.critic, features, dist)
+    torch.manual_seed(0)  # the same 16 draws, scored by hand
+    draws, draw_log_probs = TanhNormal(
+        dist.mean.expand(16, -1, -1), dist.log_std.expand(16, -1, -1)
+    ).rsample_with_log_prob()
+    best = draws.sum(-1).argmax(0)
+    rows = torch.arange(512)
+    torch.testing.assert_close(chunk, draws[best, rows])
+    torch.testing.assert_close(log_prob, draw_log_probs[best, rows])
+    single = dist.rsample_with_log_prob()[0]
+    assert chunk.sum(-1).mean() > single.sum(-1).mean() + 1.0  # far above one draw's typical sum
+    # exploring plans with the critic; the TD target's next chunk comes from the target critic (here the
+    # lowest sum); evaluation keeps the mode
+    planned = agent.chunks({"state": features[:64]}).flatten(1)
+    target_next, _ = agent.target_action(features)
+    assert planned.sum(-1).mean() > 1.0 and target_next.sum(-1).mean() < -1.0
+    mode = agent.chunks({"state": features[:4]}, deterministic=True).flatten(1)
+    torch.testing.assert_close(mode, dist.mode[:4])
+    with pytest.raises(ValueError, match=r"agent\.num_samples must be an integer >= 1, got 0"):
+        ChunkConfig(num_samples=0).validate()
 
 
 # ---- chunk execution ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import torch
 from robotrl.agents.sac import SAC, SACConfig
 from robotrl.data.replay import Batch, SequenceBatch
 from robotrl.data.spec import ObsSpec, check_obs
+from robotrl.nn import TanhNormal
 from robotrl.nn.chunk_execution import EXECUTIONS, ChunkExecution
 
 
@@ -40,11 +41,16 @@ class ChunkConfig(SACConfig):
     # steps); ensemble: replan every step and average the overlapping chunks (smoother, more reactive).
     execution: str = "open_loop"
     ensemble_decay: float = 0.01  # ensemble: weight exp(-decay * age) of a chunk planned `age` steps ago
+    # Best-of-N (Q-chunking's QC, with the actor as the proposal): exploring and the TD target draw this
+    # many chunks from the actor and take the one the critics' minimum (the target critics' in the target)
+    # rates highest. 1: a single sample, as SAC. Evaluation keeps the actor's mode.
+    num_samples: int = 1
 
     def validate(self) -> None:
-        value = self.chunk_len
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"agent.chunk_len must be an integer >= 1, got {value!r}")
+        for name in ("chunk_len", "num_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"agent.{name} must be an integer >= 1, got {value!r}")
         super().validate()
         if self.n_step != 1:
             raise ValueError(
@@ -104,9 +110,27 @@ class ChunkCritic(SAC):
         """Planned chunks [B, chunk_len, action_dim] in (-1, 1) for a batch of observations."""
         check_obs(self.obs_spec, obs)
         with torch.no_grad(), self._autocast():
-            dist = self.actor(self.encoder(obs))
-            flat = dist.mode if deterministic else dist.rsample_with_log_prob()[0]
+            features = self.encoder(obs)
+            dist = self.actor(features)
+            flat = dist.mode if deterministic else self._best_of_samples(self.critic, features, dist)[0]
         return flat.view(-1, self.chunk_len, self.action_dim)
+
+    def _best_of_samples(
+        self, critic: torch.nn.Module, features: torch.Tensor, dist: TanhNormal
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row, of `num_samples` chunks drawn from `dist` the one `critic`'s minimum rates highest, and its
+        log-density under `dist` ([B, h * action_dim], [B, 1]). The selection makes the chosen chunk likelier
+        than that density says: the entropy bonus of a target taken this way is an overestimate."""
+        n = self.cfg.num_samples
+        if n == 1:
+            return dist.rsample_with_log_prob()
+        rows = features.shape[0]
+        many = TanhNormal(dist.mean.expand(n, *dist.mean.shape), dist.log_std.expand(n, *dist.log_std.shape))
+        chunks, log_probs = many.rsample_with_log_prob()  # [n, B, D], [n, B, 1]
+        q = self._q(critic, features.expand(n, *features.shape).reshape(n * rows, -1), chunks.flatten(0, 1))
+        best = q.min(dim=0).values.view(n, rows).argmax(dim=0)
+        row = torch.arange(rows, device=features.device)
+        return chunks[best, row], log_probs[best, row]
 
     @torch.no_grad()
     def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
@@ -130,6 +154,9 @@ class ChunkCritic(SAC):
         return execution.act(lambda: self.chunks(obs, deterministic))
 
     # ---- learning -----------------------------------------------------------------------------------
+
+    def target_action(self, next_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._best_of_samples(self.target_critic, next_features, self.actor(next_features))
 
     def _check_batch(self, batch: Batch) -> SequenceBatch:
         if not isinstance(batch, SequenceBatch) or batch.actions.shape[1:] != (self.chunk_len, self.action_dim):

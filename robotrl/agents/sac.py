@@ -290,9 +290,13 @@ class SAC(Agent):
         """[B, 1]: the (n-step) reward plus the discounted soft value of the next observation, under the
         target critics' minimum and an action from the actor."""
         next_features = self.encoder(batch.next_obs)
-        next_action, next_log_prob = self.actor(next_features).rsample_with_log_prob()
+        next_action, next_log_prob = self.target_action(next_features)
         next_q = self._q(self.target_critic, next_features, next_action).min(dim=0).values
         return batch.reward + batch.discount * (next_q - alpha * next_log_prob)
+
+    def target_action(self, next_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action the TD target evaluates after the batch, and its log-density: a sample of the actor."""
+        return self.actor(next_features).rsample_with_log_prob()
 
     def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor):
         target = self.td_target(batch, alpha)
