@@ -229,6 +229,7 @@ class Learner:
                 self.frame_stack,
                 self.env_name,
                 self.cfg.hil.reward_classifier,
+                getattr(self.cfg.task, "reward", None),
             )
         )
         self.demos_loaded += new

@@ -20,7 +20,7 @@ from robotrl.data.spec import TensorSpec
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv, TeleopOperator
 from robotrl.hil.scripted_operator import ScriptedOperator, ScriptedOperatorConfig, expert_of
-from robotrl.hil.setup import wrap_for_hil
+from robotrl.hil.setup import load_demos, wrap_for_hil
 from robotrl.hil.teleop import TeleopCommand, TeleopDevice
 from robotrl.runtime.env import StepResult
 
@@ -297,7 +297,9 @@ def test_frame_replay_keeps_the_history_of_a_run_that_starts_mid_episode():
     assert torch.equal(obs["pixels"], stacks[2:5]) and torch.equal(next_obs["pixels"], stacks[3:6])
 
 
-def test_recorded_demos_load_into_the_offline_buffer_stacked(tmp_path):
+def test_recorded_demos_load_into_the_offline_buffer_stacked_and_only_for_the_reward_they_were_recorded_with(
+    tmp_path,
+):
     out = tmp_path / "pick"
     run_module(
         "robotrl.record",
@@ -313,7 +315,13 @@ def test_recorded_demos_load_into_the_offline_buffer_stacked(tmp_path):
     dataset = EpisodeDataset.open(out)
     episodes = dataset.load_all()
     assert len(episodes) == 2 and all(e.intervention.all() for e in episodes)
-    assert dataset.metadata["task"] == "panda_pick_cube"
+    assert dataset.metadata["task"] == "panda_pick_cube" and dataset.metadata["reward"] == "dense"
+    state = {k: s for k, s in dataset.obs_spec.items() if k != "pixels_front"}
+    refused = ReplayBuffer(state, 4, 1000)
+    with pytest.raises(ValueError, match=r"recorded with task\.reward=dense, this run trains with task\.reward=sparse"):
+        load_demos([str(out)], refused, state, 4, task="panda_pick_cube", reward="sparse")
+    assert len(refused) == 0
+    assert load_demos([str(out)], refused, state, 4, task="panda_pick_cube", reward="dense") == 80
     spec = {k: s for k, s in dataset.obs_spec.items() if k != "pixels_front"}
     spec["pixels_front"] = TensorSpec((9, 64, 64), torch.uint8)
     offline = FrameReplay(spec, 4, 1000, num_envs=1, frame_stack=3)

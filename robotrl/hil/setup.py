@@ -65,13 +65,15 @@ def load_demos(
     frame_stack: int = 1,
     task: str | None = None,
     reward_classifier: str | None = None,
+    reward: str | None = None,
 ) -> int:
     """Write every episode of the datasets at `paths` into `offline`; returns the transitions written.
 
     Every dataset is checked against the env (its task where both name one, keys, shapes, dtypes, action
-    size) and fully verified before any episode of any of them is used: a bad one leaves `offline` as it
-    was. Images are recorded one frame per step and stacked here as the env stacks them. With a
-    `reward_classifier` (the run's `hil.reward_classifier`), rewards are the classifier's, as online.
+    size, and its reward kind against `reward`, the run's `task.reward`, where both name one) and fully
+    verified before any episode of any of them is used: a bad one leaves `offline` as it was. Images are
+    recorded one frame per step and stacked here as the env stacks them. With a `reward_classifier` (the
+    run's `hil.reward_classifier`), rewards are the classifier's, as online, whatever the demos recorded.
     """
     from robotrl.data.dataset import EpisodeDataset
 
@@ -80,6 +82,13 @@ def load_demos(
     for path in paths:
         dataset = EpisodeDataset.open(path)
         _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task)
+        recorded_reward = dataset.metadata.get("reward")
+        if not reward_classifier and None not in (reward, recorded_reward) and recorded_reward != reward:
+            raise ValueError(
+                f"dataset {path} was recorded with task.reward={recorded_reward}, this run trains with "
+                f"task.reward={reward}: its rewards would not be on the online steps' scale; record the demos "
+                f"with task.reward={reward} (or relabel them with hil.reward_classifier)"
+            )
         loaded.append((path, dataset, dataset.load_all()))
     rewards = None
     if reward_classifier:
