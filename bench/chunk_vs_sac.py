@@ -2,7 +2,8 @@
 the same settings apart from the agent.
 
     python bench/chunk_vs_sac.py [--quick] [--tasks panda_pick_cube,panda_push] [--seeds 3] [--steps N]
-                                 [--demos 10] [--jobs 2] [--save]
+                                 [--demos 10] [--chunk-len 4] [--chunk-samples 1]
+                                 [--execution open_loop] [--jobs 2] [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
 side. Every `--eval-interval` env steps a deterministic evaluation (`--eval-episodes` episodes) measures
@@ -48,7 +49,12 @@ WITH_DEMOS = [
 
 def agent_overrides(agent: str, args) -> list[str]:
     if agent == "chunk":
-        return ["agent=chunk", f"agent.chunk_len={args.chunk_len}", f"agent.execution={args.execution}"]
+        return [
+            "agent=chunk",
+            f"agent.chunk_len={args.chunk_len}",
+            f"agent.execution={args.execution}",
+            f"agent.num_samples={args.chunk_samples}",
+        ]
     return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else [])]
 
 
@@ -106,6 +112,7 @@ def main() -> None:
         p.add_argument("--threshold", type=float, default=0.8)
         p.add_argument("--chunk-len", type=int, default=4)
         p.add_argument("--execution", default="open_loop")
+        p.add_argument("--chunk-samples", type=int, default=1, help="the chunk critic's best-of-N (agent.num_samples)")
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
 
     args = parse_args(__doc__, extra)
@@ -127,6 +134,7 @@ def main() -> None:
         "threshold": args.threshold,
         "chunk_len": args.chunk_len,
         "execution": args.execution,
+        "chunk_samples": args.chunk_samples,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
     ratios = []
