@@ -304,13 +304,15 @@ def register_config() -> None:
 
 def main() -> None:
     import hydra
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
+
+    from robotrl.config import strict_object
 
     register_config()
 
     @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="deploy")
     def _hydra_main(cfg: DictConfig) -> None:
-        deploy_cfg: DeployConfig = OmegaConf.to_object(cfg)
+        deploy_cfg: DeployConfig = strict_object(DeployConfig, cfg)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

@@ -617,13 +617,15 @@ def register_config() -> None:
 
 def main() -> None:
     import hydra
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
+
+    from robotrl.config import strict_object
 
     register_config()
 
     @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="sim_twin")
     def _hydra_main(cfg: DictConfig) -> None:
-        twin_cfg: SimTwinConfig = OmegaConf.to_object(cfg)
+        twin_cfg: SimTwinConfig = strict_object(SimTwinConfig, cfg)
         twin = SimTwin(twin_cfg)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: twin.stop())

@@ -38,7 +38,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from robotrl.config import apply_backend, register_configs
+from robotrl.config import apply_backend, plain_values, register_configs
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
@@ -391,7 +391,7 @@ def to_actor_config(cfg: DictConfig) -> ActorConfig:
 
         hardware = RobotEnvConfig()
     schema = OmegaConf.structured(ActorConfig(task=TASK_CONFIGS[task_name](), hardware=hardware))
-    obj = OmegaConf.to_object(OmegaConf.merge(schema, cfg))
+    obj = OmegaConf.to_object(OmegaConf.merge(schema, plain_values(cfg)))
     obj.validate()
     return obj
 

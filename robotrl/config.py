@@ -122,9 +122,23 @@ def register_configs() -> None:
         cs.store(group="schema/task", name=name, node=node)
 
 
+def plain_values(cfg: DictConfig) -> DictConfig:
+    """`cfg`'s values without its types, to merge into a schema. Hydra lets `+key=value` add a key to a typed
+    node, and a merge of typed nodes keeps it; a merge of the plain values rejects every key the schema
+    lacks, naming it."""
+    return OmegaConf.create(OmegaConf.to_container(cfg))
+
+
+def strict_object(schema: Any, cfg: DictConfig) -> Any:
+    """`cfg` as the dataclass `schema` (a class, or an instance whose `Any` fields hold the schemas that the
+    config's names select), every key checked against it."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), plain_values(cfg)))
+
+
 def typed_train_config(cfg: DictConfig | dict) -> DictConfig:
-    """Re-type a plain (e.g. loaded from YAML) train config against the schemas its names select."""
-    plain = OmegaConf.create(cfg) if not isinstance(cfg, DictConfig) else cfg
+    """Re-type a train config (composed by Hydra, or plain, e.g. loaded from YAML) against the schemas its
+    names select; a key they lack fails, naming it."""
+    plain = plain_values(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     agent_name, task_name = plain.agent.name, plain.task.name
     if agent_name not in AGENT_CONFIGS:
         raise ValueError(f"unknown agent {agent_name!r}; available agents: {', '.join(sorted(AGENT_CONFIGS))}")

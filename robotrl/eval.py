@@ -17,7 +17,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.config import EvalConfig, register_configs, to_train_config
+from robotrl.config import EvalConfig, register_configs, strict_object, to_train_config
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -62,7 +62,7 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="eval")
 def _hydra_main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    result = run(OmegaConf.to_object(cfg), out_dir)
+    result = run(strict_object(EvalConfig, cfg), out_dir)
     print(json.dumps(result))
 
 

@@ -23,9 +23,10 @@ from typing import Any
 
 import hydra
 import torch
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 
-from robotrl.config import register_configs
+from robotrl.config import register_configs, strict_object
+from robotrl.tasks import TASK_CONFIGS
 
 log = logging.getLogger(__name__)
 TELEOP_KINDS = ("keyboard", "spacemouse", "gamepad", "scripted")
@@ -169,7 +170,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="record")
 def _hydra_main(cfg: DictConfig) -> None:
-    obj: RecordConfig = OmegaConf.to_object(cfg)
+    obj: RecordConfig = strict_object(RecordConfig(task=TASK_CONFIGS[cfg.task.name]()), cfg)
     out = Path(obj.out) if obj.out else Path("datasets") / f"{obj.task.name}_{obj.teleop}"
     print(json.dumps(record(obj, out)))
 

@@ -23,8 +23,9 @@ from typing import Any
 import hydra
 import torch
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 
+from robotrl.config import strict_object
 from robotrl.data.dataset import Episode, EpisodeDataset
 from robotrl.hil.reward_classifier import (
     ClassifierArchitecture,
@@ -218,7 +219,7 @@ def run(cfg: TrainClassifierConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="train_classifier")
 def _hydra_main(cfg: DictConfig) -> None:
-    report = run(OmegaConf.to_object(cfg))
+    report = run(strict_object(TrainClassifierConfig, cfg))
     print(json.dumps(report))
 
 
