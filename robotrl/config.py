@@ -59,6 +59,11 @@ class TrainConfig:
         for name in ("learning_starts", "threads", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.learning_starts >= self.total_steps:
+            raise ValueError(
+                f"learning_starts ({self.learning_starts}) must be below total_steps ({self.total_steps}): "
+                "the run would end before its first update"
+            )
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         _check_backend("backend", self.backend, self.task)

@@ -392,6 +392,7 @@ def test_training_with_demos_and_the_scripted_operator(tmp_path):
         "task=panda_reach",
         f"hil.demos=[{demos}]",
         "total_steps=10",
+        "learning_starts=0",
         f"hydra.run.dir={tmp_path / 'x'}",
         check=False,
     )
@@ -530,7 +531,7 @@ def test_bc_weight_decays_on_the_update_clock():
     cfg = SACConfig(actor_hidden=[16], critic_hidden=[16], bc_weight=5.0, bc_weight_final=0.0, bc_decay_updates=2)
     agent = SAC(cfg, SPEC, 2)
     assert ["bc_loss" in agent.update(batch) for _ in range(3)] == [True, True, False]  # weights 5, 2.5, 0
-    with pytest.raises(ValueError, match=r"agent\.bc_weight_final must be >= 0 or null, got -1"):
+    with pytest.raises(ValueError, match=r"agent\.bc_weight_final must be a finite number >= 0 or null, got -1"):
         SACConfig(bc_weight=1.0, bc_weight_final=-1.0).validate()
     with pytest.raises(ValueError, match=r"agent\.bc_decay_updates must be >= 0, got -3"):
         SACConfig(bc_decay_updates=-3).validate()

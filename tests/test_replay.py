@@ -124,6 +124,8 @@ def test_bad_arguments_name_the_setting():
         ReplayBuffer(SPEC, 1, capacity=10, n_step=0)
     with pytest.raises(ValueError, match="capacity"):
         ReplayBuffer(SPEC, 1, capacity=0)
+    with pytest.raises(ValueError, match=r"n_step=5 does not fit a replay of 2 steps per env \(replay_capacity=4"):
+        ReplayBuffer(SPEC, 1, capacity=4, num_envs=2, n_step=5)
     buf = ReplayBuffer(SPEC, 1, capacity=10)
     with pytest.raises(ValueError, match=r"observation\['state'\]"):
         buf.check_step({"state": torch.zeros(1, 3)}, torch.zeros(1, 1))

@@ -12,8 +12,9 @@ import pytest
 from helpers import REPO, TINY, run_module
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf.errors import ConfigKeyError
 
-from robotrl.config import register_configs, to_train_config
+from robotrl.config import EvalConfig, register_configs, strict_object, to_train_config
 from robotrl.runtime.checkpoint import latest_checkpoint
 from robotrl.runtime.loop import train
 from robotrl.runtime.metrics import NonFiniteError, read_metrics
@@ -34,6 +35,12 @@ def test_config_errors_name_the_key_or_list_the_options():
     with pytest.raises(ConfigCompositionException) as err:
         _compose("agent.batch_sise=64")
     assert "batch_sise" in str(err.value.__cause__)
+    # `+key=value` slips a key past composition into a typed node; the schema merge still refuses it
+    with pytest.raises(ConfigKeyError, match="batch_sise"):
+        to_train_config(_compose("+agent.batch_sise=64"))
+    with pytest.raises(ConfigKeyError, match="evaluation_episodes"):
+        with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+            strict_object(EvalConfig, compose(config_name="eval", overrides=["run=x", "+evaluation_episodes=3"]))
     with pytest.raises(ConfigCompositionException) as err:
         _compose("total_steps=many")
     assert "total_steps" in str(err.value.__cause__)
@@ -41,6 +48,21 @@ def test_config_errors_name_the_key_or_list_the_options():
         to_train_config(_compose("eval_episodes=0"))
     with pytest.raises(ValueError, match="seed must be >= 0, got -5"):  # gymnasium refused it later, unnamed
         to_train_config(_compose("seed=-5"))
+    # non-finite numbers fail here, named, not as a NaN loss some updates in
+    for override, message in [
+        ("agent.actor_lr=inf", r"agent\.actor_lr must be a finite number > 0\.0, got inf"),
+        ("agent.target_entropy=nan", r"agent\.target_entropy must be a finite number"),
+        ("agent.critic_hidden=[256,0]", r"agent\.critic_hidden must list layer widths >= 1, got \[256, 0\]"),
+        ("agent.bc_weight=inf", r"agent\.bc_weight must be a finite number >= 0"),
+        ("hil.teleop_gain=inf", r"hil\.teleop_gain must be a finite number > 0"),
+        ("learning_starts=5000", r"learning_starts \(5000\) must be below total_steps \(2000\)"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            to_train_config(_compose("total_steps=2000", override))
+    with pytest.raises(ValueError, match=r"agent\.std_init must be a finite number >= 0\.0, got inf"):
+        to_train_config(_compose("agent=drqv2", "agent.std_init=inf"))
+    with pytest.raises(ValueError, match=r"agent\.gamma must be in \[0, 1\], got nan"):
+        to_train_config(_compose("agent=bc", "agent.gamma=nan"))
     cfg = to_train_config(_compose("task=gym", "task.env_id=HalfCheetah-v5", "agent.num_critics=4"))
     assert cfg.task.env_id == "HalfCheetah-v5" and cfg.agent.num_critics == 4
 

@@ -8,6 +8,7 @@ An agent owns its networks and optimizers, acts on batched observation dicts wit
 from __future__ import annotations
 
 import contextlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
@@ -85,11 +86,30 @@ def bc_weight_at(start: float, final: float | None, decay_updates: int, updates:
     return start + min(updates / decay_updates, 1.0) * (final - start)
 
 
+def check_finite(cfg: object, names: tuple[str, ...], low: float, inclusive: bool = False) -> None:
+    """Each `agent.<name>` a finite number above `low` (or equal to it with `inclusive`): a NaN or an
+    infinity in a learning rate or a scale fails here, named, not as a NaN loss some updates later."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        if not (math.isfinite(value) and (value >= low if inclusive else value > low)):
+            bound = f">= {low}" if inclusive else f"> {low}"
+            raise ValueError(f"agent.{name} must be a finite number {bound}, got {value}")
+
+
+def check_layer_widths(cfg: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        widths = list(getattr(cfg, name))
+        if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+            raise ValueError(f"agent.{name} must list layer widths >= 1, got {widths}")
+
+
 def check_bc_schedule(start: float, final: float | None, decay_updates: int) -> None:
-    if not start >= 0:
-        raise ValueError(f"agent.bc_weight must be >= 0, got {start}")
-    if final is not None and not final >= 0:
-        raise ValueError(f"agent.bc_weight_final must be >= 0 or null, got {final}")
+    if not (start >= 0 and math.isfinite(start)):
+        raise ValueError(f"agent.bc_weight must be a finite number >= 0, got {start}")
+    if final is not None and not (final >= 0 and math.isfinite(final)):
+        raise ValueError(f"agent.bc_weight_final must be a finite number >= 0 or null, got {final}")
     if decay_updates < 0:
         raise ValueError(f"agent.bc_decay_updates must be >= 0, got {decay_updates}")
 

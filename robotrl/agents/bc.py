@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from robotrl.agents.base import Agent, behaviour_cloning_loss, make_adam
+from robotrl.agents.base import Agent, behaviour_cloning_loss, check_finite, check_layer_widths, make_adam
 from robotrl.data.replay import Batch
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import StateEncoder, mlp
@@ -43,10 +43,11 @@ class BCConfig:
         for name in ("batch_size", "utd_ratio", "frame_stack", "conv_channels", "conv_layers", "conv_stride"):
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"agent.lr must be > 0, got {self.lr}")
-        if not self.exploration_std >= 0:
-            raise ValueError(f"agent.exploration_std must be >= 0, got {self.exploration_std}")
+        check_finite(self, ("lr",), 0.0)
+        check_finite(self, ("exploration_std",), 0.0, inclusive=True)
+        check_layer_widths(self, ("hidden",))
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
         if self.shift_pad < 0:
             raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
 

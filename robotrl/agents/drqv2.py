@@ -23,6 +23,8 @@ from robotrl.agents.base import (
     bc_weight_at,
     behaviour_cloning_loss,
     check_bc_schedule,
+    check_finite,
+    check_layer_widths,
     make_adam,
     mixed_precision,
 )
@@ -77,15 +79,13 @@ class DrQv2Config:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"agent.lr must be > 0, got {self.lr}")
+        check_finite(self, ("lr",), 0.0)
+        check_finite(self, ("std_init", "std_final", "std_clip"), 0.0, inclusive=True)
+        check_layer_widths(self, ("hidden",))
         if not 0 < self.tau <= 1:
             raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
-        for name in ("std_init", "std_final", "std_clip"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"agent.{name} must be >= 0, got {getattr(self, name)}")
         if self.shift_pad < 0:
             raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
         check_bc_schedule(self.bc_weight, self.bc_weight_final, self.bc_decay_updates)

@@ -17,6 +17,8 @@ from robotrl.agents.base import (
     bc_weight_at,
     behaviour_cloning_loss,
     check_bc_schedule,
+    check_finite,
+    check_layer_widths,
     make_adam,
     mixed_precision,
 )
@@ -100,9 +102,9 @@ class SACConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"agent.{name} must be > 0, got {getattr(self, name)}")
+        check_finite(self, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"), 0.0)
+        check_finite(self, ("target_entropy", "log_std_min", "log_std_max"), -math.inf)
+        check_layer_widths(self, ("actor_hidden", "critic_hidden"))
         if not 0 < self.tau <= 1:
             raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
         if not 0 <= self.gamma <= 1:

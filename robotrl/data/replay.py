@@ -77,6 +77,11 @@ class ReplayBuffer:
         self.action_dim = action_dim
         self.num_envs = num_envs
         self.horizon = math.ceil(capacity / num_envs)  # rows of the ring
+        if self.horizon < n_step + 1:  # an n-step sum would silently be cut to what the ring holds
+            raise ValueError(
+                f"n_step={n_step} does not fit a replay of {self.horizon} steps per env (replay_capacity={capacity}, "
+                f"num_envs={num_envs}); raise replay_capacity"
+            )
         self.n_step = n_step
         self.gamma = gamma
         self.device = torch.device(device)

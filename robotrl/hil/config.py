@@ -3,6 +3,7 @@ offline and online data, and a learned reward (see robotrl/hil/ and robotrl/data
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
@@ -32,8 +33,8 @@ class HILConfig:
             raise ValueError(f"hil.operator must be one of {', '.join(OPERATORS)}, got {self.operator!r}")
         if self.on_disconnect not in ("resume", "stop"):
             raise ValueError(f"hil.on_disconnect must be resume or stop, got {self.on_disconnect!r}")
-        if not self.teleop_gain > 0:
-            raise ValueError(f"hil.teleop_gain must be > 0, got {self.teleop_gain}")
+        if not (self.teleop_gain > 0 and math.isfinite(self.teleop_gain)):
+            raise ValueError(f"hil.teleop_gain must be a finite number > 0, got {self.teleop_gain}")
         if self.offline_capacity < 1:
             raise ValueError(f"hil.offline_capacity must be >= 1, got {self.offline_capacity}")
         for path in self.demos:
