@@ -64,8 +64,7 @@ class TrainConfig:
                 f"learning_starts ({self.learning_starts}) must be below total_steps ({self.total_steps}): "
                 "the run would end before its first update"
             )
-        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        _check_device(self.device)
         _check_backend("backend", self.backend, self.task)
         if self.backend is not None:
             self.task.backend = self.backend  # the top-level key wins, as in apply_backend
@@ -85,6 +84,16 @@ class EvalConfig:
     deterministic: bool = True
     device: str = "auto"
     backend: str | None = None  # mujoco | genesis: evaluate on this simulator; null: the run's own
+
+    def validate(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
+        _check_device(self.device)
+
+
+def _check_device(device: str) -> None:
+    if device != "auto" and not (device == "cpu" or device.startswith("cuda")):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
 def _has_backend(task: Any) -> bool:

@@ -29,8 +29,7 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     from robotrl.runtime.evaluate import evaluate
     from robotrl.runtime.loop import make_training_env, resolve_device
 
-    if cfg.episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {cfg.episodes}")
+    cfg.validate()
     run_dir = Path(cfg.run)
     config_path = run_dir / "config.yaml"
     if not config_path.exists():

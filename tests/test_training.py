@@ -41,6 +41,8 @@ def test_config_errors_name_the_key_or_list_the_options():
     with pytest.raises(ConfigKeyError, match="evaluation_episodes"):
         with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
             strict_object(EvalConfig, compose(config_name="eval", overrides=["run=x", "+evaluation_episodes=3"]))
+    with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:N, got 'tpu'"):
+        EvalConfig(run="x", device="tpu").validate()
     with pytest.raises(ConfigCompositionException) as err:
         _compose("total_steps=many")
     assert "total_steps" in str(err.value.__cause__)

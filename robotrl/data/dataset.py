@@ -340,6 +340,8 @@ class EpisodeDataset:
         root = Path(root)
         index_path = root / INDEX_FILE
         if not index_path.is_file():
+            if not root.exists():
+                raise DatasetError(index_path, f"no dataset index: {root} does not exist")
             raise DatasetError(index_path, "no dataset index: not a robotrl episode dataset, or its creation failed")
         try:
             raw = json.loads(index_path.read_text(encoding="utf-8"))
