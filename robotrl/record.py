@@ -117,8 +117,8 @@ def record(cfg: RecordConfig, out: Path) -> dict[str, Any]:
     # the reward kind travels with the dataset: demos recorded dense and trained sparse would outscore every
     # online step (robotrl.hil.setup.load_demos refuses the mix)
     reward = getattr(cfg.task, "reward", None)
-    kept_for_dataset = {"task": cfg.task.name, **({"reward": reward} if reward is not None else {})}
-    dataset = EpisodeDataset.create(out, env.obs_spec, env.action_dim, kept_for_dataset, exist_ok=True)
+    dataset_metadata = {"task": cfg.task.name, **({"reward": reward} if reward is not None else {})}
+    dataset = EpisodeDataset.create(out, env.obs_spec, env.action_dim, dataset_metadata, exist_ok=True)
     recorder = EpisodeRecorder(1, {**metadata, "device": cfg.teleop})
     driver = Driver(cfg, env)
     rate = cfg.rate_hz if cfg.rate_hz is not None else (None if cfg.teleop == "scripted" else 25.0)
