@@ -23,7 +23,8 @@ Two settings (`setting` in the JSON line):
   80% within 30k steps (session 5); the full comparison needs 100k+ steps and hours on 2 CPU cores.
 Measured (pick, demos, seeds 1-3, 30k steps; bench/results/chunk_vs_sac.jsonl): SAC 3-step final success
 0.6/0.7/1.0 (mean curve 0.77 at 30k); chunk critic 0.5/0.7/0.8 (0.67); with `--chunk-samples 4` (best-of-4)
-0.8/0.4/0.6 (0.60): the selection does not help here. Runs are deterministic per seed on one machine.
+0.8/0.4/0.6 (0.60): the selection does not help here. `--execution ensemble` (seeds 1-2, ad hoc, to 27k)
+stayed at 0.0-0.1. Runs are deterministic per seed on one machine.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
