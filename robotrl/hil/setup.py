@@ -78,17 +78,11 @@ def load_demos(
     from robotrl.data.dataset import EpisodeDataset
 
     images = pixel_keys(obs_spec)
+    expected_reward = None if reward_classifier else reward  # relabelled demos take the classifier's rewards
     loaded = []
     for path in paths:
         dataset = EpisodeDataset.open(path)
-        _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task)
-        recorded_reward = dataset.metadata.get("reward")
-        if not reward_classifier and None not in (reward, recorded_reward) and recorded_reward != reward:
-            raise ValueError(
-                f"dataset {path} was recorded with task.reward={recorded_reward}, this run trains with "
-                f"task.reward={reward}: its rewards would not be on the online steps' scale; record the demos "
-                f"with task.reward={reward} (or relabel them with hil.reward_classifier)"
-            )
+        _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task, expected_reward)
         loaded.append((path, dataset, dataset.load_all()))
     rewards = None
     if reward_classifier:
@@ -107,10 +101,17 @@ def load_demos(
     return written
 
 
-def _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task) -> None:
+def _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task, reward) -> None:
     recorded_task = dataset.metadata.get("task")
     if task is not None and recorded_task is not None and recorded_task != task:
         raise ValueError(f"dataset {path} was recorded on task {recorded_task!r}, this run trains {task!r}")
+    recorded_reward = dataset.metadata.get("reward")
+    if reward is not None and recorded_reward is not None and recorded_reward != reward:
+        raise ValueError(
+            f"dataset {path} was recorded with task.reward={recorded_reward}, this run trains with "
+            f"task.reward={reward}: its rewards would not be on the online steps' scale; record the demos "
+            f"with task.reward={reward} (or relabel them with hil.reward_classifier)"
+        )
     if dataset.action_dim != action_dim:
         raise ValueError(f"dataset {path}: actions have {dataset.action_dim} entries, the task's {action_dim}")
     for key, spec in obs_spec.items():
