@@ -159,19 +159,23 @@ def measure(threads: int, precision: str, updates: int, warmup: int, steps: int)
 
 
 def main() -> None:
-    args = parse_args(__doc__)
+    def extra(parser):
+        parser.add_argument("--cuda-only", action="store_true", help="only the GPU figures (on a GPU machine)")
+
+    args = parse_args(__doc__, extra)
     updates = 60 if args.quick else 2_000
     warmup, steps = (150, 150) if args.quick else (2_000, 6_000)
     # Headline figures use the default precision (fp32); bf16 mixed precision is reported beside them.
     figures = {"threads": args.threads, "updates_timed": updates, "precision": "fp32"}
-    figures.update(measure(args.threads, "fp32", updates, warmup, steps))
-    figures["sb3_updates_per_s_retained_alloc"] = round(
-        in_subprocess(
-            "sac_speed", f"b.sb3_updates_per_s('HalfCheetah-v5', {updates}, retain_alloc=True)", args.threads
-        ),
-        1,
-    )
-    figures["bf16"] = measure(args.threads, "bf16", updates, warmup, steps)
+    if not args.cuda_only:
+        figures.update(measure(args.threads, "fp32", updates, warmup, steps))
+        figures["sb3_updates_per_s_retained_alloc"] = round(
+            in_subprocess(
+                "sac_speed", f"b.sb3_updates_per_s('HalfCheetah-v5', {updates}, retain_alloc=True)", args.threads
+            ),
+            1,
+        )
+        figures["bf16"] = measure(args.threads, "bf16", updates, warmup, steps)
     import torch
 
     if torch.cuda.is_available():  # update speed on the GPU, both sides there
