@@ -5,7 +5,7 @@ Figures (state observations, uniform random actions, 25 Hz control = 20 physics 
 - `mujoco_steps_per_s`: the MuJoCo backend, `1` env, and `threaded_<N>`: N envs batched, stepped by
   `task.sim_threads` threads (`mujoco_sim_threads`, one per core);
 - `genesis_cpu_steps_per_s`: Genesis's CPU backend at num_envs 1, 16, 64, 256 (measured in a child process that
-  sees no GPU); `genesis_cuda_steps_per_s`: Genesis on CUDA at 1024 to 8192 envs, null without a GPU;
+  sees no GPU); `genesis_cuda_steps_per_s`: Genesis on CUDA at 1024 to 32768 envs, null without a GPU;
 - `genesis_cpu_build_s`: scene build seconds per size (the first of a process loads kernels from ~/.cache, or
   compiles them, about 45 s);
 - `best_cpu_ratio_vs_mujoco`: Genesis's best CPU figure over the MuJoCo backend's best (goal >= 5);
@@ -17,6 +17,10 @@ Figures (state observations, uniform random actions, 25 Hz control = 20 physics 
 Measured 2026-11-23 on 2 CPU cores, no GPU (full run, 8 min): MuJoCo 1585 env-steps/s (1 env), 7486 (64 envs,
 2 threads); Genesis CPU 210 / 1829 / 3001 / 3337 at 1 / 16 / 64 / 256 envs: best_cpu_ratio_vs_mujoco 0.45;
 wallclock_ratio_reach 0.71 (MuJoCo 66 s, Genesis with 64 envs 93 s: updates per env step dominate either way).
+Measured 2026-11-24 on an H100 (--cuda-only --skip-reach): Genesis CUDA 36260 / 115299 / 176388 / 248438 / 312126
+env-steps/s at 1024 / 4096 / 8192 / 16384 / 32768 envs: best_cuda_steps_per_s 312k (goal 200k). Physics alone (20
+scene.step() per env step) gave 241k / 336k / 385k at 8192 / 16384 / 32768; before the task's math moved to the
+simulator's device the whole step gave 119k / 161k / 185k there.
 Genesis figures are null (with `genesis_error`) where genesis-world is not installed (pip install -e ".[genesis]").
 """
 
@@ -34,7 +38,7 @@ from common import emit, parse_args, train_sac
 
 TASK = "panda_pick_cube"
 CPU_SIZES = (1, 16, 64, 256)
-CUDA_SIZES = (1024, 2048, 4096, 8192)
+CUDA_SIZES = (1024, 4096, 8192, 16384, 32768)
 
 
 def steps_per_s(backend: str, num_envs: int, seconds: float, sim_threads: int = 1) -> tuple[float, float]:
@@ -128,6 +132,7 @@ def main() -> None:
         parser.add_argument("--skip-reach", action="store_true", help="leave wallclock_ratio_reach out (null)")
         parser.add_argument("--reach-envs", type=int, default=64, help="Genesis envs for the panda_reach run")
         parser.add_argument("--reach-steps", type=int, default=20_000, help="env-step cap of each panda_reach run")
+        parser.add_argument("--cuda-only", action="store_true", help="skip Genesis's CPU figures (GPU machines)")
 
     args = parse_args(__doc__, extra)
     import torch
@@ -144,7 +149,7 @@ def main() -> None:
     figures["mujoco_steps_per_s"] = mujoco
     figures["mujoco_sim_threads"] = sim_threads
 
-    cpu = genesis_figures(CPU_SIZES, seconds, cuda=False, timeout=45 if args.quick else 300)
+    cpu = {} if args.cuda_only else genesis_figures(CPU_SIZES, seconds, cuda=False, timeout=45 if args.quick else 300)
     figures["genesis_cpu_steps_per_s"] = cpu.get("rates")
     figures["genesis_cpu_build_s"] = cpu.get("build_s")  # the first: kernels loaded from the cache (or compiled)
     if "error" in cpu:
@@ -154,9 +159,9 @@ def main() -> None:
 
     figures["genesis_cuda_steps_per_s"] = None
     figures["best_cuda_steps_per_s"] = None
-    if torch.cuda.is_available() and cpu_rates:
+    if torch.cuda.is_available() and (cpu_rates or args.cuda_only):
         sizes = CUDA_SIZES[:1] if args.quick else CUDA_SIZES
-        gpu = genesis_figures(sizes, seconds, cuda=True, timeout=60 if args.quick else 600)
+        gpu = genesis_figures(sizes, seconds, cuda=True, timeout=120 if args.quick else 600)
         figures["genesis_cuda_steps_per_s"] = gpu.get("rates")
         figures["genesis_cuda_device"] = torch.cuda.get_device_name(0)
         if "error" in gpu:
@@ -165,7 +170,7 @@ def main() -> None:
         figures["best_cuda_steps_per_s"] = max(gpu_rates) if gpu_rates else None
 
     figures["wallclock_ratio_reach"] = None
-    if not (args.quick or args.skip_reach) and cpu_rates:
+    if not (args.quick or args.skip_reach) and (cpu_rates or figures["best_cuda_steps_per_s"]):
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:

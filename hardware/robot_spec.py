@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -32,6 +32,11 @@ class RobotSpec:
     home: torch.Tensor
     end_effector_site: str | None  # None: no tool point (a hand on a fixed wrist)
     gripper: GripperSpec | None
+
+    def to(self, device: torch.device | str) -> RobotSpec:
+        """This spec with its limit and pose vectors on `device` (a task computes beside its simulator's state)."""
+        moved = {f.name: getattr(self, f.name).to(device) for f in fields(self) if f.type == "torch.Tensor"}
+        return replace(self, **moved)
 
 
 def available_robots() -> list[str]:

@@ -81,6 +81,8 @@ class ArmTask(ABC):
         self.num_envs = num_envs
         self.robot = load_robot_spec(self.robot_name)
         self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs, cfg.sim_threads, cfg.obs != "state")
+        self.device = self.backend.device  # where the state lives, and so the task's per-step math
+        self.robot = self.robot.to(self.device)
         self.controller = ArmController(
             cfg.control or self.default_control,
             self.robot,
@@ -90,7 +92,7 @@ class ArmTask(ABC):
             relative_frame=cfg.relative_frame,
         )
         self.arm_actuators = tuple(f"act{i + 1}" for i in range(len(self.robot.joints)))
-        self.generator = torch.Generator()
+        self.generator = torch.Generator()  # on the CPU: the same seed draws the same episodes on any device
 
     @property
     def action_dim(self) -> int:
@@ -100,19 +102,26 @@ class ArmTask(ABC):
     @abstractmethod
     def obs_spec(self) -> dict[str, TensorSpec]: ...
 
+    def tensor(self, values) -> torch.Tensor:
+        """A float32 constant on the task's device."""
+        return torch.as_tensor(values, dtype=torch.float32, device=self.device)
+
     def reset(self, env_ids: torch.Tensor) -> None:
+        env_ids = env_ids.to(self.device)
         home = self.robot.home.expand(len(env_ids), -1)
-        noise = (torch.rand(home.shape, generator=self.generator) * 2 - 1) * 0.05
+        noise = (torch.rand(home.shape, generator=self.generator).to(self.device) * 2 - 1) * 0.05
         q = torch.maximum(torch.minimum(home + noise, self.robot.position_upper), self.robot.position_lower)
         self.backend.set_joint_state(env_ids, self.robot.joints, q)
         if self.robot.gripper is not None:
-            opened = torch.full((len(env_ids), len(self.robot.gripper.joints)), self.robot.gripper.open)
+            opened = torch.full(
+                (len(env_ids), len(self.robot.gripper.joints)), self.robot.gripper.open, device=self.device
+            )
             self.backend.set_joint_state(env_ids, self.robot.gripper.joints, opened)
         self.reset_scene(env_ids)
         self.backend.forward(env_ids)
         self.controller.reset(env_ids)
         if self.tool_orientation is not None:
-            self.controller.target_quat[env_ids] = self.tool_orientation
+            self.controller.target_quat[env_ids] = self.tool_orientation.to(self.device)
 
     def apply_action(self, action: torch.Tensor) -> None:
         arm_targets = self.controller.joint_targets(action[:, : self.controller.action_dim])
@@ -126,7 +135,7 @@ class ArmTask(ABC):
     def expert_action(self) -> torch.Tensor:
         """The scripted expert's action [E, A] for the current state, in the controller's action frame. Tasks
         with an expert define `expert_motion()`, the same action with its motion in world axes."""
-        return self.controller.world_to_action(self.expert_motion())
+        return self.controller.world_to_action(self.expert_motion()).cpu()
 
     def ee_pos(self) -> torch.Tensor:
         return self.backend.site_pose(self.robot.end_effector_site)[0]
@@ -156,7 +165,9 @@ class ArmTask(ABC):
 
 
 class TaskVecEnv:
-    """VecEnv over an ArmTask: validated actions, control-rate stepping, time limits, auto-reset."""
+    """VecEnv over an ArmTask: validated actions, control-rate stepping, time limits, auto-reset. Its tensors are
+    on the CPU whatever the simulator's device: the task's own math runs beside the simulator's state (on a GPU,
+    thousands of envs' IK and rewards in a few kernels), and only a step's results cross over."""
 
     def __init__(self, task: ArmTask):
         self.task = task
@@ -165,7 +176,7 @@ class TaskVecEnv:
         self.action_dim, self.control = task.action_dim, task.controller.kind
         self.obs_spec = self._obs_spec()
         self.has_success = True
-        self._t = torch.zeros(self.num_envs, dtype=torch.long)
+        self._t = torch.zeros(self.num_envs, dtype=torch.long, device=task.device)
 
     def _obs_spec(self) -> dict[str, TensorSpec]:
         cfg = self.task.cfg
@@ -193,13 +204,13 @@ class TaskVecEnv:
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
             self.task.generator.manual_seed(seed)
-        ids = torch.arange(self.num_envs)
+        ids = torch.arange(self.num_envs, device=self.task.device)
         self.task.reset(ids)
         self._t.zero_()
-        return self._observe()
+        return _on_cpu(self._observe())
 
     def step(self, action: torch.Tensor) -> StepResult:
-        self.task.apply_action(check_action(self.name, action, self.num_envs, self.action_dim))
+        self.task.apply_action(check_action(self.name, action, self.num_envs, self.action_dim).to(self.task.device))
         self.task.backend.step(self.task.cfg.control_substeps)
         self._t += 1
         next_obs = self._observe()
@@ -215,7 +226,12 @@ class TaskVecEnv:
             self._t[ids] = 0
             obs = self._observe()
         return StepResult(
-            obs=obs, next_obs=next_obs, reward=reward, terminated=terminated, truncated=truncated, success=success
+            obs=_on_cpu(obs),
+            next_obs=_on_cpu(next_obs),
+            reward=reward.cpu(),
+            terminated=terminated.cpu(),
+            truncated=truncated.cpu(),
+            success=success.cpu(),
         )
 
     def render(self) -> np.ndarray:
@@ -224,3 +240,7 @@ class TaskVecEnv:
 
     def close(self) -> None:
         self.task.backend.close()
+
+
+def _on_cpu(obs: Obs) -> Obs:
+    return {key: value.cpu() for key, value in obs.items()}

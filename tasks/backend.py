@@ -4,6 +4,8 @@ A task never touches a simulator's own API. Every query and command carries a le
 dimension; `env_ids` selects a subset for resets. MuJoCo implements this now (mujoco_backend.py); a
 second simulator must implement the same methods and no task may need to change for it.
 Quaternions are (w, x, y, z).
+State comes back on the backend's `device` (the CPU for MuJoCo, the simulator's device for Genesis), so a
+task's per-step math runs where the state lives; setters take tensors on any device.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 class SimBackend(ABC):
     num_envs: int
     physics_dt: float
+    device: torch.device = torch.device("cpu")
 
     @abstractmethod
     def joint_pos(self, joints: Sequence[str]) -> torch.Tensor:

@@ -40,13 +40,13 @@ class ArmController:
         self.max_ee_step, self.max_joint_step, self.damping = max_ee_step, max_joint_step, damping
         self.relative_frame = relative_frame
         self.lower, self.upper = robot.position_lower, robot.position_upper
-        n = backend.num_envs
-        self.target_quat = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1)
-        self.frame = torch.eye(3).repeat(n, 1, 1)  # action frame for ee_delta
+        n, device = backend.num_envs, backend.device
+        self.target_quat = torch.tensor([[1.0, 0.0, 0.0, 0.0]], device=device).repeat(n, 1)
+        self.frame = torch.eye(3, device=device).repeat(n, 1, 1)  # action frame for ee_delta
         # joint_delta integrates on the last command, not on the measured position: a held action of zero
         # holds the pose instead of letting gravity or contact sag accumulate into the targets
-        self.last_target = torch.zeros(n, len(robot.joints))
-        self._damping_eye = self.damping**2 * torch.eye(6)
+        self.last_target = torch.zeros(n, len(robot.joints), device=device)
+        self._damping_eye = self.damping**2 * torch.eye(6, device=device)
 
     @property
     def action_dim(self) -> int:
@@ -66,10 +66,11 @@ class ArmController:
     def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
         """An ee_delta action [E, A] whose first three entries are a motion in world axes, expressed in this
         controller's action frame (the tool's start frame under `relative_frame`), clipped to [-1, 1]. What
-        scripted experts and teleop devices, which think in world axes, must send."""
+        scripted experts and teleop devices, which think in world axes, must send. On `action`'s device."""
         if self.kind != "ee_delta" or not self.relative_frame:
             return action
-        motion = torch.bmm(self.frame.transpose(1, 2), action[:, :3].unsqueeze(-1)).squeeze(-1)
+        frame = self.frame.to(action.device)
+        motion = torch.bmm(frame.transpose(1, 2), action[:, :3].unsqueeze(-1)).squeeze(-1)
         return torch.cat([motion.clamp(-1.0, 1.0), action[:, 3:]], -1)
 
     def joint_targets(self, action: torch.Tensor) -> torch.Tensor:

@@ -112,6 +112,7 @@ class GenesisBackend(SimBackend):
             )
         gs = import_genesis()
         self.gs = gs
+        self.device = torch.device(gs.device)  # state stays there: the task's per-step math runs beside it
         self.model, parts, welds = _split_scene(Path(xml))
         self.num_envs = num_envs
         self.physics_dt = float(self.model.opt.timestep)
@@ -157,7 +158,9 @@ class GenesisBackend(SimBackend):
         for body1, body2, relpose in welds:
             if relpose[3:].any():
                 pos, quat = self.body_pose(body1)
-                offset, turn = torch.tensor(relpose[:3]).float(), torch.tensor(relpose[3:]).float()
+                offset, turn = (
+                    torch.tensor(v, dtype=torch.float32, device=self.device) for v in (relpose[:3], relpose[3:])
+                )
                 self.set_free_body_pose(
                     everyone,
                     body2,
@@ -272,7 +275,7 @@ class GenesisBackend(SimBackend):
 
     @staticmethod
     def _out(t: torch.Tensor) -> torch.Tensor:
-        return t.detach().to("cpu", torch.float32).clone()
+        return t.detach().to(torch.float32).clone()
 
     def _ids(self, env_ids: torch.Tensor) -> torch.Tensor:
         return env_ids.to(self.gs.device, torch.long)
@@ -282,7 +285,7 @@ class GenesisBackend(SimBackend):
 
     # -- state -----------------------------------------------------------------------------------
     def _gather(self, joints, getter: str) -> torch.Tensor:
-        out = torch.empty(self.num_envs, len(joints))
+        out = torch.empty(self.num_envs, len(joints), device=self.device)
         for entity, dofs, cols in self._joints(tuple(joints)):
             out[:, cols] = self._out(getattr(entity, getter)(dofs))
         return out
@@ -338,8 +341,8 @@ class GenesisBackend(SimBackend):
     def _site(self, site: str) -> tuple[str, torch.Tensor, torch.Tensor]:
         sid = self._named(mujoco.mjtObj.mjOBJ_SITE, site, "site")
         body = self.model.body(int(self.model.site_bodyid[sid])).name
-        pos = torch.tensor(self.model.site_pos[sid], dtype=torch.float32)
-        quat = torch.tensor(self.model.site_quat[sid], dtype=torch.float32)
+        pos = torch.tensor(self.model.site_pos[sid], dtype=torch.float32, device=self.device)
+        quat = torch.tensor(self.model.site_quat[sid], dtype=torch.float32, device=self.device)
         return body, pos, quat
 
     def site_pose(self, site):
@@ -352,10 +355,10 @@ class GenesisBackend(SimBackend):
         body, offset, _ = self._site(site)
         entity, link = self._link(body)
         groups = self._joints(tuple(joints))
-        out = torch.zeros(self.num_envs, 6, len(joints))
+        out = torch.zeros(self.num_envs, 6, len(joints), device=self.device)
         for group_entity, dofs, cols in groups:
             if group_entity is entity:
-                jac = self._out(entity.get_jacobian(link, local_point=offset.to(self.gs.device)))
+                jac = self._out(entity.get_jacobian(link, local_point=offset))
                 out[:, :, cols] = jac[:, :, dofs]
         return out
 
@@ -365,15 +368,17 @@ class GenesisBackend(SimBackend):
         missing = [name for name, i in zip(geoms, ids, strict=True) if i not in self._mj_geom]
         if missing:
             raise KeyError(f"geoms {missing} have no collision geometry on the genesis backend")
-        return torch.from_numpy(np.isin(self._mj_geom, ids))
+        return torch.from_numpy(np.isin(self._mj_geom, ids)).to(self.device)
 
     def in_contact(self, geoms_a, geoms_b):
         in_a, in_b = self._geom_mask(tuple(geoms_a)), self._geom_mask(tuple(geoms_b))
         collider = self.scene.sim.rigid_solver.collider
         contacts = collider.get_contacts(as_tensor=True, to_torch=True)
-        ga, gb = contacts["geom_a"].cpu().long(), contacts["geom_b"].cpu().long()
+        ga, gb = contacts["geom_a"].to(self.device, torch.long), contacts["geom_b"].to(self.device, torch.long)
         valid = (
-            contacts["valid_mask"].cpu().bool() if "valid_mask" in contacts else torch.ones_like(ga, dtype=torch.bool)
+            contacts["valid_mask"].to(self.device, torch.bool)
+            if "valid_mask" in contacts
+            else torch.ones_like(ga, dtype=torch.bool)
         )
         ga, gb = ga.clamp(min=0), gb.clamp(min=0)
         touching = ((in_a[ga] & in_b[gb]) | (in_b[ga] & in_a[gb])) & valid

@@ -39,7 +39,7 @@ class HandReorient(ArmTask):
         if not cfg.drop_height > 0:
             raise ValueError(f"task.drop_height must be > 0 metres, got {cfg.drop_height}")
         super().__init__(cfg, num_envs)
-        self.goal = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(num_envs, 1)
+        self.goal = self.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(num_envs, 1)
         self.palm_center = self.backend.site_pose("palm_center")[0][0].clone()  # the wrist is fixed
 
     @property
@@ -74,13 +74,13 @@ class HandReorient(ArmTask):
         start_yaw = (torch.rand(k, generator=self.generator) * 2 - 1) * math.pi
         start = quat_from_axis_angle(vertical, start_yaw)
         xy = (torch.rand(k, 2, generator=self.generator) * 2 - 1) * 0.005
-        pos = self.palm_center + torch.cat([xy, torch.full((k, 1), CUBE_HALF + 0.002)], -1)
-        self.backend.set_free_body_pose(env_ids, "cube", pos, start)
+        pos = self.palm_center + torch.cat([xy, torch.full((k, 1), CUBE_HALF + 0.002)], -1).to(self.device)
+        self.backend.set_free_body_pose(env_ids, "cube", pos, start.to(self.device))
         axis = vertical if self.cfg.goal_rotation == "z" else torch.randn(k, 3, generator=self.generator)
         turn = math.pi / 4 + torch.rand(k, generator=self.generator) * (3 * math.pi / 4)
         sign = torch.where(torch.rand(k, generator=self.generator) < 0.5, -1.0, 1.0)
-        self.goal[env_ids] = quat_multiply(quat_from_axis_angle(axis, sign * turn), start)
-        self.backend.set_mocap_pose(env_ids, "goal", GOAL_MARKER.expand(k, 3), self.goal[env_ids])
+        self.goal[env_ids] = quat_multiply(quat_from_axis_angle(axis, sign * turn), start).to(self.device)
+        self.backend.set_mocap_pose(env_ids, "goal", self.tensor(GOAL_MARKER).expand(k, 3), self.goal[env_ids])
 
     def observe(self) -> Obs:
         obs = self.proprio()

@@ -30,8 +30,8 @@ class PandaPegInsert(ArmTask):
 
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
-        self.hole = torch.zeros(num_envs, 3)  # centre of the hole's rim
-        self._phase = torch.zeros(num_envs, dtype=torch.long)  # scripted expert's phase per env
+        self.hole = torch.zeros(num_envs, 3, device=self.device)  # centre of the hole's rim
+        self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
 
     @property
     def obs_spec(self) -> dict[str, TensorSpec]:
@@ -45,12 +45,12 @@ class PandaPegInsert(ArmTask):
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         k = len(env_ids)
         xy = HOLE_XY_LOW + torch.rand(k, 2, generator=self.generator) * (HOLE_XY_HIGH - HOLE_XY_LOW)
-        self.hole[env_ids] = torch.cat([xy, torch.full((k, 1), HOLE_DEPTH)], -1)
+        self.hole[env_ids] = torch.cat([xy, torch.full((k, 1), HOLE_DEPTH)], -1).to(self.device)
         self.backend.set_mocap_pose(env_ids, "hole", torch.cat([xy, torch.zeros(k, 1)], -1))
         # put the peg where the weld holds it, so the first physics step does not yank it into place
         self.backend.forward(env_ids)
         hand_pos, hand_quat = (x[env_ids] for x in self.backend.body_pose("hand"))
-        peg_pos = hand_pos + torch.einsum("kij,j->ki", quat_to_matrix(hand_quat), PEG_IN_HAND)
+        peg_pos = hand_pos + torch.einsum("kij,j->ki", quat_to_matrix(hand_quat), self.tensor(PEG_IN_HAND))
         self.backend.set_free_body_pose(env_ids, "peg", peg_pos, hand_quat)
         self._phase[env_ids] = 0
 
@@ -80,8 +80,8 @@ class PandaPegInsert(ArmTask):
     def expert_motion(self) -> torch.Tensor:
         """Scripted expert: line the tip up 3 cm above the hole -> descend slowly, re-aligning on drift."""
         tip = self.peg_tip()
-        above = self.hole + torch.tensor([0.0, 0.0, 0.03])
-        bottom = self.hole - torch.tensor([0.0, 0.0, HOLE_DEPTH - 0.005])
+        above = self.hole + self.tensor([0.0, 0.0, 0.03])
+        bottom = self.hole - self.tensor([0.0, 0.0, HOLE_DEPTH - 0.005])
         lateral = (tip[:, :2] - self.hole[:, :2]).norm(dim=-1)
         phase = self._phase
         # phase 0: above the hole; 1: straight down (back to 0 if the tip drifts while still above the rim)

@@ -28,8 +28,8 @@ class PandaPickCube(ArmTask):
 
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
-        self._phase = torch.zeros(num_envs, dtype=torch.long)  # scripted expert's phase per env
-        self._phase_steps = torch.zeros(num_envs, dtype=torch.long)
+        self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
+        self._phase_steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
 
     @property
     def obs_spec(self) -> dict[str, TensorSpec]:
@@ -94,9 +94,9 @@ class PandaPickCube(ArmTask):
         self._phase = torch.where(lost, torch.zeros_like(self._phase), self._phase)
         self._phase_steps = torch.where(lost, torch.zeros_like(self._phase_steps), self._phase_steps)
         target = cube_pos.clone()
-        grip = torch.full((self.num_envs,), -1.0)
+        grip = torch.full((self.num_envs,), -1.0, device=self.device)
         phase = self._phase
-        above = cube_pos + torch.tensor([0.0, 0.0, 0.08])
+        above = cube_pos + self.tensor([0.0, 0.0, 0.08])
         # phase 0: go above the cube; 1: descend; 2: close for a few steps; 3: lift
         target[phase == 0] = above[phase == 0]
         grip[phase >= 2] = 1.0

@@ -31,8 +31,8 @@ class PandaPush(ArmTask):
 
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
-        self.goal = torch.zeros(num_envs, 2)
-        self._phase = torch.zeros(num_envs, dtype=torch.long)  # scripted expert's phase per env
+        self.goal = torch.zeros(num_envs, 2, device=self.device)
+        self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
 
     @property
     def obs_spec(self) -> dict[str, TensorSpec]:
@@ -59,7 +59,7 @@ class PandaPush(ArmTask):
         puck = torch.cat([xy, torch.full((k, 1), PUCK_HALF_HEIGHT)], -1)
         self.backend.set_free_body_pose(env_ids, "puck", puck, upright)
         self.backend.set_mocap_pose(env_ids, "goal", torch.cat([goal, torch.full((k, 1), 0.001)], -1))
-        self.goal[env_ids] = goal
+        self.goal[env_ids] = goal.to(self.device)
         self._phase[env_ids] = 0
 
     @staticmethod

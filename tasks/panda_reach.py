@@ -17,7 +17,7 @@ class PandaReach(ArmTask):
 
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
-        self.target = torch.zeros(num_envs, 3)
+        self.target = torch.zeros(num_envs, 3, device=self.device)
 
     @property
     def obs_spec(self) -> dict[str, TensorSpec]:
@@ -25,7 +25,7 @@ class PandaReach(ArmTask):
 
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         u = torch.rand(len(env_ids), 3, generator=self.generator)
-        target = TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)
+        target = (TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)).to(self.device)
         self.target[env_ids] = target
         self.backend.set_mocap_pose(env_ids, "target", target)
 

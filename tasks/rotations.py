@@ -6,7 +6,7 @@ import torch
 
 
 def quat_conjugate(q: torch.Tensor) -> torch.Tensor:
-    return q * _CONJUGATE
+    return q * _on(q.device, "conjugate")
 
 
 def _hamilton_table() -> torch.Tensor:
@@ -22,13 +22,23 @@ def _hamilton_table() -> torch.Tensor:
     return table.permute(1, 0, 2).reshape(4, 16)
 
 
-_HAMILTON = _hamilton_table()
-_CONJUGATE = torch.tensor([1.0, -1.0, -1.0, -1.0])
+_CONSTANTS = {"hamilton": _hamilton_table(), "conjugate": torch.tensor([1.0, -1.0, -1.0, -1.0])}
+_ON_DEVICE: dict[tuple[torch.device, str], torch.Tensor] = {}
+
+
+def _on(device: torch.device, name: str) -> torch.Tensor:
+    """A constant on `device`, copied there once (tasks on a GPU backend call these every control step)."""
+    if device.type == "cpu":
+        return _CONSTANTS[name]
+    key = (device, name)
+    if key not in _ON_DEVICE:
+        _ON_DEVICE[key] = _CONSTANTS[name].to(device)
+    return _ON_DEVICE[key]
 
 
 def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Hamilton product a * b, as one small matrix product (a task calls this every control step)."""
-    left = torch.matmul(a, _HAMILTON).reshape(*a.shape[:-1], 4, 4)
+    left = torch.matmul(a, _on(a.device, "hamilton")).reshape(*a.shape[:-1], 4, 4)
     return torch.matmul(left, b.unsqueeze(-1)).squeeze(-1)
 
 

@@ -59,9 +59,9 @@ def test_reset_step_contract(reach):
     assert set(obs) == set(reach.obs_spec)
     for key, spec in reach.obs_spec.items():
         assert obs[key].shape == (4, *spec.shape) and obs[key].dtype == spec.dtype and obs[key].device.type == "cpu"
-    home = reach.task.robot.home
+    home = reach.task.robot.home.cpu()  # the task keeps its robot spec beside the simulator
     assert (obs["arm_qpos"] - home).abs().max() <= 0.05 + 1e-5  # the reset's noise around home
-    assert torch.allclose(reach.task.backend.body_pose("target")[0], obs["target"])  # the marker follows the goal
+    assert torch.allclose(reach.task.backend.body_pose("target")[0].cpu(), obs["target"])  # the marker follows the goal
     result = reach.step(torch.full((4, reach.action_dim), 0.2))
     assert result.reward.shape == (4,) and torch.isfinite(result.reward).all()
     assert result.success.dtype == torch.bool and not result.truncated.any()
@@ -75,17 +75,17 @@ def test_subset_reset_touches_only_the_chosen_envs(reach):
     reach.reset(seed=0)
     for _ in range(3):
         reach.step(torch.full((4, reach.action_dim), 0.5))
-    backend, joints = reach.task.backend, reach.task.robot.joints
-    before_q, before_target = backend.joint_pos(joints), reach.task.target.clone()
+    backend, joints = reach.task.backend, reach.task.robot.joints  # state on the simulator's device: compare on the CPU
+    before_q, before_target = backend.joint_pos(joints).cpu(), reach.task.target.cpu().clone()
     ids = torch.tensor([1, 3])
     reach.task.reset(ids)
-    after_q = backend.joint_pos(joints)
+    after_q, after_target = backend.joint_pos(joints).cpu(), reach.task.target.cpu()
     kept = torch.tensor([0, 2])
-    assert torch.equal(after_q[kept], before_q[kept]) and torch.equal(reach.task.target[kept], before_target[kept])
-    assert (after_q[ids] - reach.task.robot.home).abs().max() <= 0.05 + 1e-5
-    assert not torch.equal(reach.task.target[ids], before_target[ids])
-    assert torch.allclose(backend.body_pose("target")[0], reach.task.target)
-    assert torch.equal(backend.joint_vel(joints)[ids], torch.zeros(2, len(joints)))
+    assert torch.equal(after_q[kept], before_q[kept]) and torch.equal(after_target[kept], before_target[kept])
+    assert (after_q[ids] - reach.task.robot.home.cpu()).abs().max() <= 0.05 + 1e-5
+    assert not torch.equal(after_target[ids], before_target[ids])
+    assert torch.allclose(backend.body_pose("target")[0].cpu(), after_target)
+    assert torch.equal(backend.joint_vel(joints).cpu()[ids], torch.zeros(2, len(joints)))
 
 
 @pytest.mark.parametrize("name", sorted(ARM_TASKS))
@@ -197,7 +197,7 @@ def test_peg_insert_fingers_leave_the_peg_alone_and_the_weld_holds_as_on_mujoco(
             env.step(action)
             (hand, turn), peg = sim.body_pose("hand"), sim.body_pose("peg")[0]
             in_hand = (quat_to_matrix(turn).transpose(-1, -2) @ (peg - hand).unsqueeze(-1)).squeeze(-1)
-            drift.append((in_hand - torch.tensor([0.0, 0.0, 0.1234])).norm(dim=-1).max())
+            drift.append((in_hand.cpu() - torch.tensor([0.0, 0.0, 0.1234])).norm(dim=-1).max())
         assert max(drift) < 5e-4, backend
         env.close()
 
@@ -210,7 +210,7 @@ def test_fingertip_contacts_agree_with_mujoco(genesis):
         task = make_task(TASK_CONFIGS["hand_reorient"](name="hand_reorient", backend=backend), 2)
         sim, ids = task.backend, torch.arange(2)
         task.reset(ids)
-        tips = torch.stack([sim.site_pose("ring_fingertip")[0][0], sim.site_pose("index_fingertip")[0][1]])
+        tips = torch.stack([sim.site_pose("ring_fingertip")[0][0], sim.site_pose("index_fingertip")[0][1]]).cpu()
         sim.set_free_body_pose(ids, "cube", tips + torch.tensor([0.0, 0.0, 0.036]), torch.tensor([[1.0, 0, 0, 0]] * 2))
         sim.step(1)
         results[backend] = [
