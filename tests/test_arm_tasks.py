@@ -190,3 +190,22 @@ def test_joint_targets_stay_within_position_limits():
         task.controller.reset(ids)
         target = task.controller.joint_targets(torch.full((1, 7), push))
         assert torch.allclose(target, limit.unsqueeze(0))
+
+
+def test_task_math_follows_the_simulators_device():
+    """A GPU backend returns state on its device and the task computes there; "meta" tensors (shapes only) stand in
+    for a second device here: every limit vector of the robot spec moves, and the quaternion helpers' constants
+    follow their inputs instead of staying on the CPU."""
+    from robotrl.hardware.robot_spec import load_robot_spec
+    from robotrl.tasks.rotations import quat_conjugate, quat_multiply, rotation_error
+
+    spec = load_robot_spec("panda")
+    moved = spec.to("meta")
+    tensors = [name for name, value in vars(spec).items() if isinstance(value, torch.Tensor)]
+    assert len(tensors) == 7 and all(getattr(moved, name).device.type == "meta" for name in tensors)
+    assert moved.joints == spec.joints and moved.gripper == spec.gripper
+    q = torch.empty(5, 4, device="meta")
+    assert quat_multiply(q, quat_conjugate(q)).device.type == "meta"
+    assert rotation_error(q, q).shape == (5, 3)
+    task = make_task(ArmTaskConfig(name="panda_reach"), 2)
+    assert task.device == torch.device("cpu") and task.robot.home.device.type == "cpu"
