@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,10 +139,12 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
             "video=false",
         )
     )
-    with pytest.raises(NonFiniteError, match=r"(critic_loss|q_mean|actor_loss).*last checkpoint is kept"):
+    with pytest.raises(NonFiniteError, match=r"(critic_loss|q_mean|actor_loss).*checkpoint, step_000000600, is kept"):
         train(cfg, tmp_path)
     ckpt = latest_checkpoint(tmp_path / "checkpoints")
     assert ckpt.name == "step_000000600"
+    with pytest.raises(NonFiniteError, match="no checkpoint had been written yet"):  # diverged before the first
+        train(replace(cfg, learning_starts=100, checkpoint_interval=5000), tmp_path / "early")
 
 
 def test_multirun_gives_each_seed_its_own_run_dir(tmp_path):

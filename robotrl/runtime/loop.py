@@ -131,6 +131,14 @@ def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
 
+def _last_good_checkpoint(ckpt_root: Path, run_dir: Path) -> str:
+    try:
+        path = latest_checkpoint(ckpt_root)
+    except FileNotFoundError:
+        return "no checkpoint had been written yet, so this run cannot be resumed"
+    return f"the last good checkpoint, {path.name}, is kept (resume={run_dir} restarts from it)"
+
+
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, float]:
     """Train `cfg.agent` on `cfg.task`, writing everything under `run_dir`; returns the final evaluation."""
     cfg.validate()
@@ -264,6 +272,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 run_eval(step, video=False)
             if _crossed(prev, step, cfg.checkpoint_interval) and step < cfg.total_steps:
                 checkpoint(step)
+        checkpoint(step)
+    except NonFiniteError as err:  # nothing was saved after it: say what a resume would start from
+        raise NonFiniteError(f"{err}; {_last_good_checkpoint(ckpt_root, run_dir)}") from None
     except KeyboardInterrupt:
         log.warning("interrupted at env step %d; saving a checkpoint to resume from", step)
         checkpoint(step)
@@ -271,7 +282,6 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     finally:
         progress.close()
 
-    checkpoint(step)
     final_eval = run_eval(step, video=True)
     summary = {
         "env_steps": step,

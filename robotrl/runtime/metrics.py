@@ -38,7 +38,7 @@ class UpdateMetrics:
         self._count = 0
         for key, value in means.items():
             if not math.isfinite(value):
-                raise NonFiniteError(f"{key} became {value} by env step {step}; the last checkpoint is kept")
+                raise NonFiniteError(f"{key} became {value} by env step {step}")
         return means
 
 
