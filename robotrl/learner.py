@@ -44,6 +44,7 @@ from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.config import HILConfig
 from robotrl.runtime.checkpoint import LATEST, latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.frame_stack import FrameStack
+from robotrl.runtime.memory import check_fits, tensor_bytes
 from robotrl.runtime.metrics import MetricsWriter, UpdateMetrics
 from robotrl.runtime.transport.config import ServeConfig
 from robotrl.runtime.transport.security import check_serve_security, load_token
@@ -121,6 +122,20 @@ class LearnerConfig:
             self.agent.validate()
 
 
+def _check_replay_fits(cfg: LearnerConfig, obs_spec, action_dim: int, buffer_args: tuple, device) -> None:
+    """MemoryError before serving where `max_actors` full streams (and the offline buffer) would not fit."""
+    meta = (*buffer_args[:-1], torch.device("meta"))  # sized on the meta device: nothing is allocated
+    stream = tensor_bytes(replay_factory(obs_spec, action_dim, cfg.replay_capacity, *meta)(1))
+    sizes = {f"replay_capacity={cfg.replay_capacity} x max_actors={cfg.max_actors}": stream * cfg.max_actors}
+    offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *meta)(1)  # made on demos or takeovers
+    sizes[f"hil.offline_capacity={cfg.hil.offline_capacity}"] = tensor_bytes(offline)
+
+    def advice(free: int) -> str:
+        return f"lower replay_capacity or max_actors ({stream / cfg.replay_capacity:.0f} bytes a transition)"
+
+    check_fits("the learner's replay, every stream full,", sizes, device, advice)
+
+
 class Learner:
     """The agent, its per-actor storage, the service actors call, and the update loop (see the module doc)."""
 
@@ -151,6 +166,7 @@ class Learner:
         buffer_args = (frame_stack, self.agent.replay_n_step, cfg.agent.gamma, self.device)
         make_buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *buffer_args)
         make_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *buffer_args)
+        _check_replay_fits(cfg, obs_spec, action_dim, buffer_args, self.device)
         self.storage = ReplayGroup(
             obs_spec,
             action_dim,

@@ -25,13 +25,17 @@ register_configs()
 _FIXED_ON_RESUME = ("agent", "task", "seed", "num_envs", "replay_capacity", "backend")
 
 
+def _saved_config_path(resume: str) -> Path:
+    saved_path = Path(resume) / "config.yaml"
+    if not saved_path.exists():
+        raise FileNotFoundError(f"resume={resume!r}: {saved_path} does not exist (not a robotrl run directory?)")
+    return saved_path
+
+
 def _resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The saved config of the run to resume, with this command line's scalar overrides applied."""
     run_dir = Path(cfg.resume)
-    saved_path = run_dir / "config.yaml"
-    if not saved_path.exists():
-        raise FileNotFoundError(f"resume={cfg.resume!r}: {saved_path} does not exist (not a robotrl run directory?)")
-    saved = typed_train_config(OmegaConf.load(saved_path))
+    saved = typed_train_config(OmegaConf.load(_saved_config_path(cfg.resume)))
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == "resume":
@@ -80,10 +84,13 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def _route_resume_to_its_run_dir(argv: list[str]) -> list[str]:
-    """`resume=DIR` continues in DIR, so Hydra's own output for this invocation goes there too."""
+    """`resume=DIR` continues in DIR, so Hydra's own output for this invocation goes there too. DIR is checked
+    first: Hydra would create it, and a mistyped path would leave an empty run directory behind."""
     for arg in argv[1:]:
         if arg.startswith("resume=") and arg != "resume=null":
-            return [*argv, f"hydra.run.dir={arg.split('=', 1)[1]}"]
+            run_dir = arg.split("=", 1)[1]
+            _saved_config_path(run_dir)
+            return [*argv, f"hydra.run.dir={run_dir}"]
     return argv
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from robotrl.runtime.memory import available_ram
+
 MB = 1 << 20
 GB = 1 << 30
 PER_ENV_OVERHEAD = {"mujoco": int(0.48 * MB), "genesis": int(1.02 * MB)}  # beyond the MjData probe
@@ -55,20 +57,7 @@ def available_memory(kind: str) -> tuple[str, int]:
         if torch.cuda.is_available():  # where GenesisBackend runs (robotrl/tasks/genesis_backend.py)
             free, _ = torch.cuda.mem_get_info()
             return "free CUDA memory", int(free)
-    return "available RAM", _mem_available()
-
-
-def _mem_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import os
-
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return "available RAM", available_ram()
 
 
 def check_num_envs_fits(kind: str, xml: str | Path, num_envs: int) -> None:

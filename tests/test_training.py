@@ -271,3 +271,18 @@ def test_a_num_envs_the_machine_cannot_hold_fails_before_training_with_the_memor
         with pytest.raises(MemoryError, match=rf"num_envs=1000000000 on the {backend} backend needs about [\d.]+ GB"):
             train(cfg, tmp_path / backend)
         assert not (tmp_path / backend / "checkpoints").exists()
+
+
+def test_a_replay_the_machine_cannot_hold_fails_before_training_naming_replay_capacity(tmp_path):
+    # sized on the meta device: the check allocates nothing, and names the setting instead of an allocator's bytes
+    cfg = to_train_config(_compose(*TINY, "replay_capacity=10000000000000", "video=false"))
+    with pytest.raises(MemoryError, match=r"replay_capacity=10000000000000: \d+\.\d GB.*lower replay_capacity"):
+        train(cfg, tmp_path)
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_resume_of_a_path_that_is_no_run_fails_and_leaves_nothing_behind(tmp_path):
+    typo = tmp_path / "runs" / "no_such_run"
+    proc = run_module("robotrl.train", f"resume={typo}", check=False)
+    assert proc.returncode != 0 and "not a robotrl run directory" in proc.stderr
+    assert not typo.exists()

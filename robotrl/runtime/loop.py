@@ -26,6 +26,7 @@ from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.frame_stack import FrameStack
+from robotrl.runtime.memory import check_fits, tensor_bytes
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
@@ -101,6 +102,7 @@ def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False, tas
 def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> ReplayBuffer | MixedReplay:
     """The run's replay: a FrameReplay (each frame stored once) for pixel observations, else a plain
     ReplayBuffer; with demonstrations or an operator, that buffer online mixed with an offline one."""
+    check_replay_fits(cfg, env, n_step, device)
     online = _buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, device)
     if not cfg.hil.mixes_offline:
         return online
@@ -109,6 +111,26 @@ def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> Rep
     return MixedReplay(
         online, offline, RatioSchedule(hil.offline_ratio, hil.offline_ratio_final, hil.offline_ratio_steps)
     )
+
+
+def check_replay_fits(cfg: TrainConfig, env, n_step: int, device: torch.device) -> None:
+    """MemoryError naming the capacity settings where the run's replay, full, would not fit on `device`. The
+    buffers are sized on the meta device: a FrameReplay's frames are committed only as they are written, so
+    without this an oversized one fills memory hours into a run."""
+    meta = torch.device("meta")
+    online = tensor_bytes(_buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, meta))
+    sizes = {f"replay_capacity={cfg.replay_capacity}": online}
+    if cfg.hil.mixes_offline:
+        offline = _buffer(cfg, env, cfg.hil.offline_capacity, 1, n_step, meta)
+        sizes[f"hil.offline_capacity={cfg.hil.offline_capacity}"] = tensor_bytes(offline)
+    per_transition = online / cfg.replay_capacity
+
+    def advice(free: int) -> str:
+        return (
+            f"lower replay_capacity ({per_transition:.0f} bytes a transition: about {free // per_transition:,.0f} fit)"
+        )
+
+    check_fits("the replay, full,", sizes, device, advice)
 
 
 def _buffer(cfg: TrainConfig, env, capacity: int, num_envs: int, n_step: int, device: torch.device) -> ReplayBuffer:
