@@ -7,6 +7,7 @@ Actions arrive in [-1, 1] and are mapped affinely onto the env's Box bounds. Box
 from __future__ import annotations
 
 import os
+import tracemalloc
 
 import numpy as np
 import torch
@@ -14,6 +15,7 @@ from robotrl.tasks.configs import GymTaskConfig
 
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs, StepResult, check_action
+from robotrl.runtime.memory import GB, available_ram, resident_bytes
 
 # Headless rendering: EGL needs no display and no extra packages on these machines.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -53,6 +55,37 @@ def _obs_spec_of(space: gym.Space, env_id: str) -> dict[str, TensorSpec]:
     raise ValueError(f"{env_id}: observation space {space} is not supported (Box or Dict of Box)")
 
 
+PROBE_ENVS = 8  # envs built before the memory of the rest is estimated from them
+
+
+def _make_all(cfg: GymTaskConfig, num_envs: int, render: bool) -> list[gym.Env]:
+    """`num_envs` envs (the first renders). Beyond PROBE_ENVS, the memory of the rest is projected from what
+    envs 2..PROBE_ENVS took (resident growth, or Python's own allocations where larger: a small env's growth can
+    hide in pages the process already had), and a `num_envs` the available RAM cannot hold fails, named,
+    before it is built: a gymnasium env's footprint is unknown until one exists."""
+    envs = [_make_one(cfg, render)]
+    if num_envs <= PROBE_ENVS:
+        return envs + [_make_one(cfg, False) for _ in range(num_envs - 1)]
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    rss, heap = resident_bytes(), tracemalloc.get_traced_memory()[0]
+    envs += [_make_one(cfg, False) for _ in range(PROBE_ENVS - 1)]
+    per_env = max(resident_bytes() - rss, tracemalloc.get_traced_memory()[0] - heap) / (PROBE_ENVS - 1)
+    if not tracing:
+        tracemalloc.stop()
+    need, free = per_env * (num_envs - PROBE_ENVS), available_ram()
+    if need > free:
+        for env in envs:
+            env.close()
+        raise MemoryError(
+            f"num_envs={num_envs} of {cfg.env_id} needs about {need / GB:.1f} GB more ({per_env / 1024:.0f} KB an "
+            f"env, measured on the first {PROBE_ENVS}), but the available RAM is {free / GB:.1f} GB; at most about "
+            f"{PROBE_ENVS + int(free // max(per_env, 1)):,} envs fit"
+        )
+    return envs + [_make_one(cfg, False) for _ in range(num_envs - PROBE_ENVS)]
+
+
 class GymVecEnv:
     """`num_envs` gymnasium envs stepped in turn, reset individually when their episode ends."""
 
@@ -61,7 +94,7 @@ class GymVecEnv:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.cfg = cfg
         self.name = f"gym:{cfg.env_id}"
-        self.envs = [_make_one(cfg, render and i == 0) for i in range(num_envs)]
+        self.envs = _make_all(cfg, num_envs, render)
         self.num_envs = num_envs
         first = self.envs[0]
         action_space = first.action_space

@@ -131,3 +131,13 @@ def test_gymnasium_robotics_fetch_adroit_and_shadow_hand(env_id, keys):
     result = env.step(torch.zeros(1, env.action_dim))
     assert env.has_success and result.success.shape == (1,)
     env.close()
+
+
+def test_a_num_envs_the_ram_cannot_hold_fails_after_the_probe_naming_it():
+    """The first 8 envs are built and measured (Pendulum: a few KB each, Python objects only); a billion would not
+    fit, and fail before the rest are built, instead of building envs until the OOM killer ends the run."""
+    from robotrl.tasks.gym_env import PROBE_ENVS, GymVecEnv
+
+    with pytest.raises(MemoryError, match=rf"num_envs=1000000000 of Pendulum-v1 needs .* first {PROBE_ENVS}\)"):
+        GymVecEnv(GymTaskConfig(name="gym", env_id="Pendulum-v1"), 10**9)
+    assert GymVecEnv(GymTaskConfig(name="gym", env_id="Pendulum-v1"), PROBE_ENVS + 4).num_envs == PROBE_ENVS + 4

@@ -32,6 +32,15 @@ def available_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+def resident_bytes() -> int:
+    """This process's resident memory (Linux /proc/self/statm), 0 where unknown."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
 def tensor_bytes(obj) -> int:
     """Bytes of every tensor among `obj`'s attributes (and in dicts among them). Built on the "meta" device,
     an object's tensors have their full shapes and take no memory: its size is known before allocating it."""
