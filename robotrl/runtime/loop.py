@@ -126,9 +126,12 @@ def check_replay_fits(cfg: TrainConfig, env, n_step: int, device: torch.device) 
     per_transition = online / cfg.replay_capacity
 
     def advice(free: int) -> str:
-        return (
+        fit = (
             f"lower replay_capacity ({per_transition:.0f} bytes a transition: about {free // per_transition:,.0f} fit)"
         )
+        if cfg.total_steps < cfg.replay_capacity:  # a short run with the default capacity: say what it needs
+            fit += f"; this run's total_steps={cfg.total_steps} never stores more transitions than that"
+        return fit
 
     check_fits("the replay, full,", sizes, device, advice)
 
