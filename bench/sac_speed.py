@@ -8,7 +8,9 @@ Figures:
   sb3_updates_per_s_retained_alloc: SB3's HalfCheetah-sized update speed with robotrl's allocator setting
       (robotrl/runtime/allocator.py) applied to its process: how much of the ratio is that setting.
 Goals on 2 CPU threads: ratio >= 4, loop_ratio >= 3.
-  cuda: HalfCheetah-sized update speed on a GPU, ours and SB3's, when one is at hand.
+  cuda: HalfCheetah-sized update speed on a GPU, ours and SB3's, when one is at hand (`--cuda-only`: that
+      alone). H100, 2026-11-24: ours 166 vs SB3 85 updates/s (ratio 1.96), 2026-11-23: 178 vs 91. About 6 ms an
+      update for ~0.6 GFLOP: far below the GPU's arithmetic, both sides are bound by per-op overhead.
 
 Every figure is measured in its own fresh process (bench/common.py `in_subprocess`), each library as it runs
 when it trains: robotrl's `train` keeps freed memory in the process on a CPU (glibc would unmap and
