@@ -42,10 +42,16 @@ from robotrl.agents import AGENT_CONFIGS, make_agent
 from robotrl.config import apply_backend, plain_values, register_configs
 from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.config import HILConfig
-from robotrl.runtime.checkpoint import LATEST, latest_checkpoint, load_checkpoint, save_checkpoint
+from robotrl.runtime.checkpoint import (
+    LATEST,
+    kept_checkpoint_note,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from robotrl.runtime.frame_stack import FrameStack
-from robotrl.runtime.memory import check_fits, tensor_bytes
-from robotrl.runtime.metrics import MetricsWriter, UpdateMetrics
+from robotrl.runtime.memory import check_fits
+from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.transport.config import ServeConfig
 from robotrl.runtime.transport.security import check_serve_security, load_token
 from robotrl.runtime.transport.server import serve
@@ -123,17 +129,23 @@ class LearnerConfig:
 
 
 def _check_replay_fits(cfg: LearnerConfig, obs_spec, action_dim: int, buffer_args: tuple, device) -> None:
-    """MemoryError before serving where `max_actors` full streams (and the offline buffer) would not fit."""
+    """MemoryError before serving where one actor's stream, as full as `total_steps` lets it get (0: until
+    stopped, so full), and the offline buffer would not fit. Each further actor adds a stream of its own."""
     meta = (*buffer_args[:-1], torch.device("meta"))  # sized on the meta device: nothing is allocated
-    stream = tensor_bytes(replay_factory(obs_spec, action_dim, cfg.replay_capacity, *meta)(1))
-    sizes = {f"replay_capacity={cfg.replay_capacity} x max_actors={cfg.max_actors}": stream * cfg.max_actors}
+    stored = cfg.replay_capacity if cfg.total_steps == 0 else min(cfg.replay_capacity, cfg.total_steps)
+    buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *meta)(1)
+    stream = buffer.committed_bytes(stored, device)
     offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *meta)(1)  # made on demos or takeovers
-    sizes[f"hil.offline_capacity={cfg.hil.offline_capacity}"] = tensor_bytes(offline)
+    sizes = {
+        f"replay_capacity={cfg.replay_capacity} (one actor's stream)": stream,
+        f"hil.offline_capacity={cfg.hil.offline_capacity}": offline.committed_bytes(cfg.hil.offline_capacity, device),
+    }
 
     def advice(free: int) -> str:
-        return f"lower replay_capacity or max_actors ({stream / cfg.replay_capacity:.0f} bytes a transition)"
+        per_transition = buffer.committed_bytes(cfg.replay_capacity, device) / cfg.replay_capacity
+        return f"lower replay_capacity ({per_transition:.0f} bytes a transition)"
 
-    check_fits("the learner's replay, every stream full,", sizes, device, advice)
+    check_fits("the learner's replay", sizes, device, advice)
 
 
 class Learner:
@@ -306,6 +318,9 @@ class Learner:
             # a failure skips this last checkpoint (a diverged agent must not overwrite a good one); what was
             # acknowledged is in the write-ahead log either way
             self.checkpoint(writer, update_metrics)
+        except NonFiniteError as err:
+            resume_with = f"robotrl-learner hydra.run.dir={self.run_dir}"
+            raise NonFiniteError(f"{err}; {kept_checkpoint_note(self.ckpt_root, resume_with)}") from err
         finally:
             if self.server is not None:
                 self.server.stop(grace=1.0).wait(5.0)

@@ -213,7 +213,7 @@ class TaskVecEnv:
         self.task.apply_action(check_action(self.name, action, self.num_envs, self.action_dim).to(self.task.device))
         self.task.backend.step(self.task.cfg.control_substeps)
         self._t += 1
-        next_obs = self._observe()
+        next_obs = _on_cpu(self._observe())
         reward, success, terminated = self.task.evaluate()
         if self.task.cfg.terminate_on_success:
             terminated = terminated | success
@@ -224,10 +224,10 @@ class TaskVecEnv:
             ids = done.nonzero().flatten()
             self.task.reset(ids)
             self._t[ids] = 0
-            obs = self._observe()
+            obs = _on_cpu(self._observe())
         return StepResult(
-            obs=_on_cpu(obs),
-            next_obs=_on_cpu(next_obs),
+            obs=obs,
+            next_obs=next_obs,
             reward=reward.cpu(),
             terminated=terminated.cpu(),
             truncated=truncated.cpu(),

@@ -10,7 +10,7 @@ contact excludes and contype/conaffinity only within one entity, so after the bu
 never collides are cut from its collider's pair table; geoms are matched to MuJoCo's by body and order.
 
 Genesis is imported lazily: `pip install -e ".[genesis]"` provides it. It runs on its CPU backend, or
-on CUDA when torch sees a GPU; results are returned on the CPU, where tasks keep their own tensors.
+on CUDA when torch sees a GPU; state is returned on that device (`self.device`), where the task computes.
 Not carried over (yet): rendering (pixel observations, videos), MuJoCo's contacts after a state set without a
 step (`in_contact` reports the last step's contacts), per-body gravcomp within one tree, equality constraints
 other than welds between top-level bodies.

@@ -69,11 +69,13 @@ def _make_all(cfg: GymTaskConfig, num_envs: int, render: bool) -> list[gym.Env]:
     tracing = tracemalloc.is_tracing()
     if not tracing:
         tracemalloc.start()
-    rss, heap = resident_bytes(), tracemalloc.get_traced_memory()[0]
-    envs += [_make_one(cfg, False) for _ in range(PROBE_ENVS - 1)]
-    per_env = max(resident_bytes() - rss, tracemalloc.get_traced_memory()[0] - heap) / (PROBE_ENVS - 1)
-    if not tracing:
-        tracemalloc.stop()
+    try:
+        rss, heap = resident_bytes(), tracemalloc.get_traced_memory()[0]
+        envs += [_make_one(cfg, False) for _ in range(PROBE_ENVS - 1)]
+        per_env = max(resident_bytes() - rss, tracemalloc.get_traced_memory()[0] - heap) / (PROBE_ENVS - 1)
+    finally:
+        if not tracing:
+            tracemalloc.stop()
     need, free = per_env * (num_envs - PROBE_ENVS), available_ram()
     if need > free:
         for env in envs:

@@ -260,3 +260,19 @@ def test_the_actor_loss_passes_gradient_through_the_action_clamp():
     assert torch.equal(mean.grad, torch.ones_like(mean))
     hard = agent._perturb(mean.detach().requires_grad_(), torch.tensor(1.0))
     assert hard.abs().max() <= 1.0  # the target's (no gradient needed) stays a plain clamp
+
+
+def test_a_frame_replay_commits_its_frames_as_written_on_a_cpu_and_whole_on_a_gpu():
+    """The start-up memory check sizes buffers on the meta device: on a CPU a FrameReplay's frames (torch.empty)
+    take memory only as transitions arrive, so a short run with a large capacity is not refused for frames it
+    never stores; CUDA's caching allocator reserves them whole; a ReplayBuffer's zeroed rows count whole."""
+    spec = {"pixels_front": TensorSpec((3 * K, 64, 64), torch.uint8), "arm_qpos": TensorSpec((7,))}
+    meta = torch.device("meta")
+    frames = FrameReplay(spec, 4, 1_000_000, num_envs=2, frame_stack=K, device=meta)
+    whole = frames.committed_bytes(1_000_000, torch.device("cpu"))
+    assert whole > 1_000_000 * 64 * 64 * 3  # one 64x64 frame per transition, plus the state rows
+    short = frames.committed_bytes(20_000, torch.device("cpu"))
+    assert short < whole / 10 and short > 20_000 * 64 * 64 * 3
+    assert frames.committed_bytes(20_000, torch.device("cuda")) == whole
+    rows = ReplayBuffer({"arm_qpos": TensorSpec((7,))}, 4, 1_000_000, device=meta)
+    assert rows.committed_bytes(20_000, torch.device("cpu")) == rows.committed_bytes(1_000_000, torch.device("cpu"))

@@ -23,6 +23,7 @@ import torch
 
 from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import ObsSpec, TensorSpec, check_obs, pixel_keys
+from robotrl.runtime.memory import tensor_bytes
 
 Obs = dict[str, torch.Tensor]
 
@@ -78,6 +79,15 @@ class FrameReplay(ReplayBuffer):
         self.episode_open = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # its frames are stored
         self._envs = torch.arange(num_envs, device=self.device)
         self._stack_offsets = torch.arange(frame_stack - 1, -1, -1, device=self.device)  # oldest first: k-1 .. 0
+
+    def committed_bytes(self, stored: int, device: torch.device) -> int:
+        """The frames are committed on a CPU only as they are written, one per stored transition; CUDA's caching
+        allocator reserves them whole."""
+        everything = super().committed_bytes(stored, device)
+        if device.type != "cpu":
+            return everything
+        frames = tensor_bytes(self.frames)
+        return everything - frames + int(frames * min(1.0, stored / (self.slots * self.num_envs)))
 
     def check_step(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor) -> None:
         check_obs(self.full_obs_spec, obs)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from robotrl.data.spec import ObsSpec, TensorSpec, check_obs
+from robotrl.runtime.memory import tensor_bytes
 
 Obs = dict[str, torch.Tensor]
 
@@ -96,6 +97,11 @@ class ReplayBuffer:
         self.pos = 0  # next row to write
         self.full = False
         self._gamma_powers = gamma ** torch.arange(n_step, device=self.device, dtype=torch.float32)
+
+    def committed_bytes(self, stored: int, device: torch.device) -> int:
+        """Bytes this buffer holds on `device` once `stored` transitions were written; built on the meta device,
+        it allocates nothing itself. Here everything: the rows are allocated zeroed up front."""
+        return tensor_bytes(self)
 
     def _alloc_obs(self, rows: int, envs: int) -> Obs:
         return {

@@ -166,6 +166,16 @@ def _point_latest(ckpt_root: Path, name: str) -> None:
     fsync_dir(ckpt_root)
 
 
+def kept_checkpoint_note(ckpt_root: Path, resume_with: str) -> str:
+    """What a run stopped by a non-finite value still has: its last good checkpoint (nothing is saved after the
+    value), and how to resume from it, or that none was written yet."""
+    try:
+        path = latest_checkpoint(ckpt_root)
+    except FileNotFoundError:
+        return "no checkpoint had been written yet, so there is nothing to resume from"
+    return f"the last good checkpoint, {path.name}, is kept ({resume_with} restarts from it)"
+
+
 def latest_checkpoint(ckpt_root: Path) -> Path:
     pointer = ckpt_root / LATEST
     if not pointer.exists():

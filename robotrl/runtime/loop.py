@@ -23,10 +23,10 @@ from robotrl.data.spec import pixel_keys
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.setup import env_task, load_demos, wrap_for_hil
 from robotrl.runtime.allocator import retain_freed_memory
-from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robotrl.runtime.checkpoint import kept_checkpoint_note, latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.frame_stack import FrameStack
-from robotrl.runtime.memory import check_fits, tensor_bytes
+from robotrl.runtime.memory import check_fits
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
@@ -114,26 +114,27 @@ def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> Rep
 
 
 def check_replay_fits(cfg: TrainConfig, env, n_step: int, device: torch.device) -> None:
-    """MemoryError naming the capacity settings where the run's replay, full, would not fit on `device`. The
-    buffers are sized on the meta device: a FrameReplay's frames are committed only as they are written, so
-    without this an oversized one fills memory hours into a run."""
+    """MemoryError naming the capacity settings where the run's replay would not fit on `device` with what the run
+    can store: min(replay_capacity, total_steps) transitions online, the offline buffer full. The buffers are
+    sized on the meta device; without this an oversized replay met the OOM killer hours into a run."""
     meta = torch.device("meta")
-    online = tensor_bytes(_buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, meta))
+    buffer = _buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, meta)
+    online = buffer.committed_bytes(min(cfg.replay_capacity, cfg.total_steps), device)
+    per_transition = buffer.committed_bytes(cfg.replay_capacity, device) / cfg.replay_capacity
     sizes = {f"replay_capacity={cfg.replay_capacity}": online}
     if cfg.hil.mixes_offline:
         offline = _buffer(cfg, env, cfg.hil.offline_capacity, 1, n_step, meta)
-        sizes[f"hil.offline_capacity={cfg.hil.offline_capacity}"] = tensor_bytes(offline)
-    per_transition = online / cfg.replay_capacity
+        sizes[f"hil.offline_capacity={cfg.hil.offline_capacity}"] = offline.committed_bytes(
+            cfg.hil.offline_capacity, device
+        )
 
     def advice(free: int) -> str:
-        fit = (
-            f"lower replay_capacity ({per_transition:.0f} bytes a transition: about {free // per_transition:,.0f} fit)"
+        room = free - sum(sizes.values()) + online  # what the online buffer may have beside the offline one
+        return (
+            f"lower replay_capacity ({per_transition:.0f} bytes a transition: about {room // per_transition:,.0f} fit)"
         )
-        if cfg.total_steps < cfg.replay_capacity:  # a short run with the default capacity: say what it needs
-            fit += f"; this run's total_steps={cfg.total_steps} never stores more transitions than that"
-        return fit
 
-    check_fits("the replay, full,", sizes, device, advice)
+    check_fits("the replay", sizes, device, advice)
 
 
 def _buffer(cfg: TrainConfig, env, capacity: int, num_envs: int, n_step: int, device: torch.device) -> ReplayBuffer:
@@ -154,14 +155,6 @@ def frame_stack_of(env) -> int:
 
 def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
-
-
-def _last_good_checkpoint(ckpt_root: Path, run_dir: Path) -> str:
-    try:
-        path = latest_checkpoint(ckpt_root)
-    except FileNotFoundError:
-        return "no checkpoint had been written yet, so this run cannot be resumed"
-    return f"the last good checkpoint, {path.name}, is kept (resume={run_dir} restarts from it)"
 
 
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, float]:
@@ -297,9 +290,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 run_eval(step, video=False)
             if _crossed(prev, step, cfg.checkpoint_interval) and step < cfg.total_steps:
                 checkpoint(step)
-        checkpoint(step)
     except NonFiniteError as err:  # nothing was saved after it: say what a resume would start from
-        raise NonFiniteError(f"{err}; {_last_good_checkpoint(ckpt_root, run_dir)}") from None
+        raise NonFiniteError(f"{err}; {kept_checkpoint_note(ckpt_root, f'resume={run_dir}')}") from err
     except KeyboardInterrupt:
         log.warning("interrupted at env step %d; saving a checkpoint to resume from", step)
         checkpoint(step)
@@ -307,6 +299,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     finally:
         progress.close()
 
+    try:
+        checkpoint(step)
+    except NonFiniteError as err:
+        raise NonFiniteError(f"{err}; {kept_checkpoint_note(ckpt_root, f'resume={run_dir}')}") from err
     final_eval = run_eval(step, video=True)
     summary = {
         "env_steps": step,

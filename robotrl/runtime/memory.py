@@ -21,15 +21,49 @@ def available_bytes(device: torch.device) -> tuple[str, int]:
 
 
 def available_ram() -> int:
-    """Linux's MemAvailable (what can be allocated without swapping), else the free physical pages."""
+    """Linux's MemAvailable (what can be allocated without swapping), else the free physical pages; in a container
+    with a memory limit (cgroup v2), no more than the limit leaves."""
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    available = int(line.split()[1]) * 1024
+                    break
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return min(available, _cgroup_room())
+
+
+def _cgroup_room() -> int:
+    """Room left under this process's cgroup memory limit (v2 memory.max, or v1 memory.limit_in_bytes);
+    unbounded where there is none."""
+    unbounded = 1 << 62
+    try:
+        with open("/proc/self/cgroup") as f:
+            entries = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return unbounded
+    for _, controllers, path in entries:
+        if not controllers:
+            limit_file, used_file = f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup{path}/memory.current"
+        elif "memory" in controllers.split(","):
+            base = f"/sys/fs/cgroup/memory{path}"
+            limit_file, used_file = f"{base}/memory.limit_in_bytes", f"{base}/memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            limit, used = _read(limit_file), _read(used_file)
+        except OSError:
+            continue
+        if limit != "max" and int(limit) < unbounded:
+            return max(0, int(limit) - int(used))
+    return unbounded
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
 
 
 def resident_bytes() -> int:
