@@ -356,3 +356,23 @@ def test_a_learner_whose_streams_cannot_fit_fails_before_serving(tmp_path):
         cfg = to_learner_config(compose("learner", [*PICK_ARGS, "replay_capacity=100000000000", "device=cpu"]))
     with pytest.raises(MemoryError, match=r"replay_capacity=100000000000 \(one actor.s stream\)"):
         Learner(cfg, tmp_path / "run")
+
+
+def test_a_diverged_learner_stops_and_says_what_a_restart_resumes_from(tmp_path):
+    """An absurd critic learning rate overflows the critic once updates start (env step 100); the first metrics
+    flush (200) stops the learner before any checkpoint (interval 100k) was written, and it says so."""
+    run_dir = tmp_path / "learner"
+    learner = LearnerProcess(run_dir, free_port(), "agent.critic_lr=1e30", "checkpoint_interval=100000")
+    _, stop, thread, _ = start_actor(actor_config(learner.port, total_steps=2000), run_dir=tmp_path / "actor")
+    try:
+        wait_for(lambda: learner.proc.poll() is not None, 60, "the diverged learner to stop")
+        assert learner.proc.returncode != 0
+        assert re.search(
+            r"(critic_loss|q_mean|actor_loss) became .*no checkpoint had been written yet", learner.output()
+        )
+    finally:
+        stop.set()
+        thread.join(30)
+        if learner.proc.poll() is None:
+            learner.kill()
+        learner.client.close()
