@@ -219,6 +219,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         plot_learning_curve(writer.csv_path, run_dir / "learning_curve.png", title=f"{env.name} {cfg.agent.name}")
         return result
 
+    def diverged(err: NonFiniteError) -> NonFiniteError:  # nothing is saved after it: say what a resume starts from
+        return NonFiniteError(f"{err}; {kept_checkpoint_note(ckpt_root, f'resume={run_dir}')}")
+
     def checkpoint(step: int) -> None:
         counters["updates"] = agent.num_updates  # also mid-step (an interrupt among a step's updates)
         writer.write(step, update_metrics.flush(step))  # raises on a non-finite loss: nothing is saved
@@ -290,8 +293,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 run_eval(step, video=False)
             if _crossed(prev, step, cfg.checkpoint_interval) and step < cfg.total_steps:
                 checkpoint(step)
-    except NonFiniteError as err:  # nothing was saved after it: say what a resume would start from
-        raise NonFiniteError(f"{err}; {kept_checkpoint_note(ckpt_root, f'resume={run_dir}')}") from err
+    except NonFiniteError as err:
+        raise diverged(err) from err
     except KeyboardInterrupt:
         log.warning("interrupted at env step %d; saving a checkpoint to resume from", step)
         checkpoint(step)
@@ -302,7 +305,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     try:
         checkpoint(step)
     except NonFiniteError as err:
-        raise NonFiniteError(f"{err}; {kept_checkpoint_note(ckpt_root, f'resume={run_dir}')}") from err
+        raise diverged(err) from err
     final_eval = run_eval(step, video=True)
     summary = {
         "env_steps": step,

@@ -22,7 +22,7 @@ def available_bytes(device: torch.device) -> tuple[str, int]:
 
 def available_ram() -> int:
     """Linux's MemAvailable (what can be allocated without swapping), else the free physical pages; in a container
-    with a memory limit (cgroup v2), no more than the limit leaves."""
+    with a memory limit (cgroup v1 or v2), no more than the limit leaves."""
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     try:
         with open("/proc/meminfo") as f:
