@@ -38,7 +38,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from robotrl.config import apply_backend, plain_values, register_configs
+from robotrl.config import apply_backend, register_configs, strict_object
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
@@ -390,8 +390,7 @@ def to_actor_config(cfg: DictConfig) -> ActorConfig:
         from robotrl.hardware.robot_env import RobotEnvConfig
 
         hardware = RobotEnvConfig()
-    schema = OmegaConf.structured(ActorConfig(task=TASK_CONFIGS[task_name](), hardware=hardware))
-    obj = OmegaConf.to_object(OmegaConf.merge(schema, plain_values(cfg)))
+    obj = strict_object(ActorConfig(task=TASK_CONFIGS[task_name](), hardware=hardware), cfg)
     obj.validate()
     return obj
 

@@ -39,7 +39,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS, make_agent
-from robotrl.config import apply_backend, plain_values, register_configs
+from robotrl.config import apply_backend, register_configs, strict_object
 from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.config import HILConfig
 from robotrl.runtime.checkpoint import (
@@ -426,8 +426,7 @@ def to_learner_config(cfg: DictConfig) -> LearnerConfig:
     if task_name not in TASK_CONFIGS:
         raise ValueError(f"unknown task {task_name!r}; available tasks: {', '.join(sorted(TASK_CONFIGS))}")
     apply_backend(cfg)
-    schema = OmegaConf.structured(LearnerConfig(agent=AGENT_CONFIGS[agent_name](), task=TASK_CONFIGS[task_name]()))
-    obj = OmegaConf.to_object(OmegaConf.merge(schema, plain_values(cfg)))
+    obj = strict_object(LearnerConfig(agent=AGENT_CONFIGS[agent_name](), task=TASK_CONFIGS[task_name]()), cfg)
     obj.validate()
     return obj
 

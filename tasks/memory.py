@@ -26,7 +26,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from robotrl.runtime.memory import available_ram
+from robotrl.runtime.memory import available_bytes
 
 MB = 1 << 20
 GB = 1 << 30
@@ -50,14 +50,12 @@ def bytes_needed(kind: str, xml: str | Path, num_envs: int) -> int:
 
 
 def available_memory(kind: str) -> tuple[str, int]:
-    """(where the backend allocates its state, free bytes there)."""
-    if kind == "genesis":
-        import torch
+    """(where the backend allocates its state, free bytes there): Genesis runs on CUDA whenever torch sees a GPU
+    (robotrl/tasks/genesis_backend.py), MuJoCo on the CPU."""
+    import torch
 
-        if torch.cuda.is_available():  # where GenesisBackend runs (robotrl/tasks/genesis_backend.py)
-            free, _ = torch.cuda.mem_get_info()
-            return "free CUDA memory", int(free)
-    return "available RAM", available_ram()
+    on_gpu = kind == "genesis" and torch.cuda.is_available()
+    return available_bytes(torch.device("cuda" if on_gpu else "cpu"))
 
 
 def check_num_envs_fits(kind: str, xml: str | Path, num_envs: int) -> None:

@@ -16,7 +16,7 @@ def available_bytes(device: torch.device) -> tuple[str, int]:
     """(what the figure is, free bytes) where `device` allocates: free CUDA memory, or the CPU's available RAM."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return f"free memory of {device}", int(free)
+        return "free CUDA memory", int(free)
     return "available RAM", available_ram()
 
 
