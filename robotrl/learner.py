@@ -128,26 +128,6 @@ class LearnerConfig:
             self.agent.validate()
 
 
-def _check_replay_fits(cfg: LearnerConfig, obs_spec, action_dim: int, buffer_args: tuple, device) -> None:
-    """MemoryError before serving where one actor's stream, as full as `total_steps` lets it get (0: until
-    stopped, so full), and the offline buffer would not fit. Each further actor adds a stream of its own."""
-    meta = (*buffer_args[:-1], torch.device("meta"))  # sized on the meta device: nothing is allocated
-    stored = cfg.replay_capacity if cfg.total_steps == 0 else min(cfg.replay_capacity, cfg.total_steps)
-    buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *meta)(1)
-    stream = buffer.committed_bytes(stored, device)
-    offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *meta)(1)  # made on demos or takeovers
-    sizes = {
-        f"replay_capacity={cfg.replay_capacity} (one actor's stream)": stream,
-        f"hil.offline_capacity={cfg.hil.offline_capacity}": offline.committed_bytes(cfg.hil.offline_capacity, device),
-    }
-
-    def advice(free: int) -> str:
-        per_transition = buffer.committed_bytes(cfg.replay_capacity, device) / cfg.replay_capacity
-        return f"lower replay_capacity ({per_transition:.0f} bytes a transition)"
-
-    check_fits("the learner's replay", sizes, device, advice)
-
-
 class Learner:
     """The agent, its per-actor storage, the service actors call, and the update loop (see the module doc)."""
 
@@ -178,7 +158,9 @@ class Learner:
         buffer_args = (frame_stack, self.agent.replay_n_step, cfg.agent.gamma, self.device)
         make_buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *buffer_args)
         make_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *buffer_args)
-        _check_replay_fits(cfg, obs_spec, action_dim, buffer_args, self.device)
+        meta = (*buffer_args[:-1], torch.device("meta"))  # buffers sized on the meta device allocate nothing
+        self._meta_stream = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *meta)
+        self._meta_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *meta)(1)
         self.storage = ReplayGroup(
             obs_spec,
             action_dim,
@@ -187,7 +169,9 @@ class Learner:
             self.device,
             make_offline=lambda: make_offline(1),  # one shared offline buffer, one env column
             schedule=cfg.hil.schedule(),
+            admit=self._check_stream_fits,
         )
+        self._check_stream_fits(self.storage, None, 1)  # before serving: the first actor's stream and the offline
         self.demos_loaded: list[str] = []  # datasets in the offline buffer (kept in checkpoints' counters)
         spec = LearnerSpec(
             task=cfg.task.name,
@@ -212,6 +196,38 @@ class Learner:
         self._alive: set[str] = set()
         self.started = time.monotonic()
         self._episodes_logged = self._episode_counts()
+
+    def _check_stream_fits(self, storage: ReplayGroup, stream_id: str | None, num_envs: int) -> None:
+        """MemoryError where a new stream of `num_envs` envs, as full as `total_steps` lets it get (0: until stopped,
+        so full), would not fit beside what the open streams and the offline buffer (made on demos or takeovers)
+        have still to commit. Run before serving for the first actor's stream, then as each actor's stream is made
+        (at its first registration): an actor too many is refused by name instead of the kernel's OOM killer
+        ending the learner and every other actor's run."""
+        cfg, device = self.cfg, self.device
+        stored = cfg.replay_capacity if cfg.total_steps == 0 else min(cfg.replay_capacity, cfg.total_steps)
+        new = self._meta_stream(num_envs)
+        whose = "one actor's stream" if stream_id is None else f"actor {stream_id!r}'s stream, {num_envs} envs"
+        sizes = {f"replay_capacity={cfg.replay_capacity} ({whose})": new.committed_bytes(stored, device)}
+        to_fill = sum(
+            s.buffer.committed_bytes(stored, device) - s.buffer.committed_bytes(len(s.buffer), device)
+            for s in storage.streams.values()
+        )
+        if to_fill:
+            sizes[f"{len(storage.streams)} open streams, still to fill"] = to_fill
+        capacity, offline = cfg.hil.offline_capacity, storage.offline
+        if offline is None:
+            offline_bytes = self._meta_offline.committed_bytes(capacity, device)
+        else:
+            offline_bytes = offline.committed_bytes(capacity, device) - offline.committed_bytes(len(offline), device)
+        if offline_bytes:
+            sizes[f"hil.offline_capacity={capacity}"] = offline_bytes
+
+        def advice(free: int) -> str:
+            per_transition = new.committed_bytes(cfg.replay_capacity, device) / cfg.replay_capacity
+            fewer = f" or run fewer actors ({len(storage.streams)} streams are open)" if storage.streams else ""
+            return f"lower replay_capacity ({per_transition:.0f} bytes a transition){fewer}"
+
+        check_fits("the learner's replay", sizes, device, advice)
 
     def _restore(self) -> bool:
         """Load the latest checkpoint, if any, and the demonstrations it does not hold, then the write-ahead log

@@ -358,6 +358,38 @@ def test_a_learner_whose_streams_cannot_fit_fails_before_serving(tmp_path):
         Learner(cfg, tmp_path / "run")
 
 
+def test_an_actor_whose_stream_cannot_fit_is_refused_by_name_and_the_learner_serves_on(tmp_path):
+    """A pixel stream's frames are committed as they are written. Sized so that one stream may grow to 60% of the
+    available RAM, the learner starts and takes the first actor; a second actor's stream, beside the first one's
+    frames still to come, would need 120%: it is refused by name before anything is allocated, and the learner
+    serves on (the first actor reconnects). Without the check both streams were allocated and filled until the
+    kernel's OOM killer ended the learner."""
+    from robotrl.runtime.memory import available_ram
+
+    image = 64
+    capacity = int(0.6 * available_ram() / (3 * image * image))
+    pixels = ["task=panda_reach", "task.obs=pixels", f"task.image_size={image}", "agent=drqv2"]
+    sized = [f"replay_capacity={capacity}", "hil.offline_capacity=100", "learning_starts=100000"]
+    learner = LearnerProcess(tmp_path / "run", free_port(), *sized, base=[*pixels, "server.heartbeat_timeout_s=3"])
+    try:
+        client = learner.client
+        first = client.register({"actor_id": "arm-1", "session": "s1", "num_envs": 1, "task": "panda_reach"})
+        with pytest.raises(grpc.RpcError) as err:
+            client.register({"actor_id": "arm-2", "session": "s1", "num_envs": 1, "task": "panda_reach"})
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # for good: the actor stops, saying why
+        message = err.value.details()
+        assert re.search(rf"replay_capacity={capacity} \(actor 'arm-2'.s stream, 1 envs\): \d+\.\d GB", message)
+        assert re.search(r"1 open streams, still to fill: \d+\.\d GB", message), message
+        assert re.search(r"available RAM is [\d.]+ GB; lower replay_capacity .* or run fewer actors", message)
+
+        again = client.register({"actor_id": "arm-1", "session": "s1", "num_envs": 1, "task": "panda_reach"})
+        assert again["obs_spec"] == first["obs_spec"]  # the first actor reconnects: its stream exists
+        status = learner.status()
+        assert set(status["streams"]) == {"arm-1"} and "refused actor 'arm-2'" in learner.output()
+    finally:
+        assert learner.stop() == 0, learner.output()
+
+
 def test_a_diverged_learner_stops_and_says_what_a_restart_resumes_from(tmp_path):
     """An absurd critic learning rate overflows the critic once updates start (env step 100); the first metrics
     flush (200) stops the learner before any checkpoint (interval 100k) was written, and it says so."""

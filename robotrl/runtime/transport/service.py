@@ -119,6 +119,9 @@ class LearnerService:
                 self.storage.open_stream(actor, num_envs)  # its buffer, allocated now: misfits fail here, by name
             except ValueError as err:
                 raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from None
+            except MemoryError as err:  # refused before allocating: the learner and its other actors go on
+                log.warning("refused actor %r: %s", actor, err)
+                raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from None
             delivery, new_session = self.ledger.register(
                 actor, session, num_envs, time.monotonic(), self.spec.heartbeat_timeout_s
             )

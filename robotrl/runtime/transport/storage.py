@@ -120,6 +120,7 @@ class ReplayGroup:
         device: str | torch.device = "cpu",
         make_offline: Callable[[], ReplayBuffer] | None = None,
         schedule: RatioSchedule | None = None,
+        admit: Callable[[ReplayGroup, str, int], None] | None = None,
     ):
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
@@ -135,6 +136,9 @@ class ReplayGroup:
         self.offline: ReplayBuffer | None = None
         self.offline_demos = 0  # demonstration transitions written offline (load_demos), ever
         self.offline_interventions = 0  # intervened transitions copied offline, ever
+        # called as admit(self, stream id, num_envs) before a new stream's buffer is made; raises to refuse it
+        # (the learner's memory check: each actor's stream is allocated when it first registers)
+        self.admit = admit
 
     def ensure_offline(self) -> ReplayBuffer:
         """The shared offline buffer, made on first use."""
@@ -157,6 +161,8 @@ class ReplayGroup:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         stream = self.streams.get(stream_id)
         if stream is None:
+            if self.admit is not None:
+                self.admit(self, stream_id, num_envs)
             buffer = self.make_buffer(num_envs)
             horizon = math.ceil(self.capacity / num_envs)
             stream = Stream(
