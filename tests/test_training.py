@@ -28,6 +28,39 @@ def _compose(*overrides):
         return compose(config_name="config", overrides=list(overrides))
 
 
+ENTRY_POINTS = [
+    "robotrl.train",
+    "robotrl.eval",
+    "robotrl.record",
+    "robotrl.train_classifier",
+    "robotrl.actor",
+    "robotrl.learner",
+    "robotrl.hardware.sim_twin",
+    "robotrl.hardware.deploy",
+]
+
+
+def test_every_entry_point_refuses_a_key_its_schema_lacks_even_with_a_plus(tmp_path):
+    """`+key=value` gets past Hydra's composition into a typed node; each program's schema merge must still refuse
+    it, naming it, before doing anything (a typo that trained silently also broke the run's resume later)."""
+    env = dict(os.environ, MUJOCO_GL="egl", HYDRA_FULL_ERROR="0")
+    procs = {
+        module: subprocess.Popen(
+            [sys.executable, "-m", module, "+speling_mistake=3", f"hydra.run.dir={tmp_path / module}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for module in ENTRY_POINTS
+    }
+    for module, proc in procs.items():
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode != 0, f"{module} accepted +speling_mistake=3:\n{output[-2000:]}"
+        assert "Key 'speling_mistake' not in" in output, f"{module}:\n{output[-2000:]}"
+
+
 def test_config_errors_name_the_key_or_list_the_options():
     with pytest.raises(MissingConfigException, match=r"(?s)agent/ppo.*Available options.*sac"):
         _compose("agent=ppo")
