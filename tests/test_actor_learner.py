@@ -381,6 +381,9 @@ def test_an_actor_whose_stream_cannot_fit_is_refused_by_name_and_the_learner_ser
         assert re.search(rf"replay_capacity={capacity} \(actor 'arm-2'.s stream, 1 envs\): \d+\.\d GB", message)
         assert re.search(r"1 open streams, still to fill: \d+\.\d GB", message), message
         assert re.search(r"available RAM is [\d.]+ GB; lower replay_capacity .* or run fewer actors", message)
+        # the room beside the first stream's frames still to come: about 40% of the RAM, 2/3 of a stream
+        fit = int(re.search(r"about ([\d,]+) fit beside the rest", message)[1].replace(",", ""))
+        assert 0.3 * capacity < fit < 0.8 * capacity, (fit, capacity)
 
         again = client.register({"actor_id": "arm-1", "session": "s1", "num_envs": 1, "task": "panda_reach"})
         assert again["obs_spec"] == first["obs_spec"]  # the first actor reconnects: its stream exists
