@@ -51,15 +51,26 @@ WITH_DEMOS = [
 ]
 
 
-def agent_overrides(agent: str, args) -> list[str]:
+def action_dim(task: str) -> int:
+    from robotrl.tasks import ArmTaskConfig, make_task
+
+    return make_task(ArmTaskConfig(name=task)).action_dim
+
+
+def agent_overrides(agent: str, task: str, args) -> list[str]:
+    """The agent's settings; its target entropy is `--entropy-per-dim` times the dimensions its actor samples
+    (a chunk critic's actor samples chunk_len actions at once), so both agents explore alike per action entry."""
+    dims = action_dim(task) * (args.chunk_len if agent == "chunk" else 1)
+    entropy = f"agent.target_entropy={args.entropy_per_dim * dims:g}"
     if agent == "chunk":
         return [
             "agent=chunk",
             f"agent.chunk_len={args.chunk_len}",
             f"agent.execution={args.execution}",
             f"agent.num_samples={args.chunk_samples}",
+            entropy,
         ]
-    return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else [])]
+    return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else []), entropy]
 
 
 def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tuple[dict[int, float], float]:
@@ -73,7 +84,7 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
         "-m",
         "robotrl.train",
         f"task={task}",
-        *agent_overrides(agent, args),
+        *agent_overrides(agent, task, args),
         *setting,
         *(QUICK_SIZE if args.quick else []),
         f"seed={seed}",
@@ -117,6 +128,12 @@ def main() -> None:
         p.add_argument("--chunk-len", type=int, default=4)
         p.add_argument("--execution", default="open_loop")
         p.add_argument("--chunk-samples", type=int, default=1, help="the chunk critic's best-of-N (agent.num_samples)")
+        p.add_argument(
+            "--entropy-per-dim",
+            type=float,
+            default=-1.0,
+            help="each agent's target entropy per sampled action entry (-1: SAC's -|A|; hil_pick uses -3)",
+        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
 
     args = parse_args(__doc__, extra)
@@ -139,6 +156,7 @@ def main() -> None:
         "chunk_len": args.chunk_len,
         "execution": args.execution,
         "chunk_samples": args.chunk_samples,
+        "entropy_per_dim": args.entropy_per_dim,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
     ratios = []
