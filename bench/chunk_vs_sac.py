@@ -2,8 +2,8 @@
 the same settings apart from the agent.
 
     python bench/chunk_vs_sac.py [--quick] [--tasks panda_pick_cube,panda_push] [--seeds 3] [--steps N]
-                                 [--demos 10] [--chunk-len 4] [--chunk-samples 1]
-                                 [--execution open_loop] [--jobs 2] [--save]
+                                 [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
+                                 [--execution open_loop] [--entropy-per-dim -1] [--jobs 2] [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
 side. Every `--eval-interval` env steps a deterministic evaluation (`--eval-episodes` episodes) measures
@@ -11,7 +11,10 @@ the success rate. Per task, the success curves are averaged over seeds and `step
 evaluation step where the mean reaches `--threshold` (80%). `<task>.steps_ratio` = chunk's steps / SAC's
 (goal: at most 0.5), and the headline `steps_ratio` is the largest over the tasks. An agent that never
 reaches the threshold has `steps_to_success` null; then `steps_ratio` is null if the chunk critic missed
-it, and an upper bound (SAC's steps taken as `--steps`, flagged `sac_censored`) if only SAC did.
+it, and an upper bound (SAC's steps taken as its budget, flagged `sac_censored`) if only SAC did; SAC's runs
+may go on past the chunk critic's (`--sac-steps`) to measure a ratio that budget would only bound.
+`--entropy-per-dim` sets both agents' target entropy per sampled action entry (SAC samples |A| entries an
+action, the chunk critic chunk_len * |A| a chunk); -1 is SAC's default, -|A|.
 
 Two settings (`setting` in the JSON line):
 - `demos` (`--demos N`, default 10): the offline-to-online setting of Q-chunking (Li et al. 2025) and of
@@ -88,7 +91,7 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
         *setting,
         *(QUICK_SIZE if args.quick else []),
         f"seed={seed}",
-        f"total_steps={args.steps}",
+        f"total_steps={args.sac_steps if agent == 'sac' else args.steps}",
         f"learning_starts={args.learning_starts}",
         f"eval_interval={args.eval_interval}",
         f"eval_episodes={args.eval_episodes}",
@@ -119,6 +122,12 @@ def main() -> None:
         p.add_argument("--tasks", default="panda_pick_cube,panda_push")
         p.add_argument("--seeds", type=int, default=3)
         p.add_argument("--steps", type=int, default=None, help="env steps per run (30k with demos, else 100k)")
+        p.add_argument(
+            "--sac-steps",
+            type=int,
+            default=None,
+            help="env steps of SAC's runs (default --steps): longer measures a ratio SAC's budget would only bound",
+        )
         p.add_argument("--demos", type=int, default=10, help="scripted demonstrations per run; 0: from scratch")
         p.add_argument("--sac-n-step", type=int, default=3, help="SAC's backup length in the demos setting")
         p.add_argument("--learning-starts", type=int, default=None, help="1000 with demos, else 5000")
@@ -142,15 +151,20 @@ def main() -> None:
     tasks, seeds = args.tasks.split(","), range(1, args.seeds + 1)
     with_demos = args.demos > 0
     args.steps = args.steps or (30_000 if with_demos else 100_000)
+    args.sac_steps = args.sac_steps or args.steps
+    if args.sac_steps < args.steps:
+        raise SystemExit(f"--sac-steps ({args.sac_steps}) must be at least --steps ({args.steps})")
     args.learning_starts = args.learning_starts or (1_000 if with_demos else 5_000)
     args.eval_interval = args.eval_interval or (1_000 if with_demos else 5_000)
     if args.quick:
         tasks, seeds, args.demos = ["panda_reach"], range(1, 2), 0
         args.steps, args.learning_starts, args.eval_interval, args.eval_episodes = 2_000, 300, 500, 3
+        args.sac_steps = args.steps
     figures: dict = {
         "setting": "demos" if args.demos else "scratch",
         "demos": args.demos,
         "steps": args.steps,
+        "sac_steps": args.sac_steps,
         "seeds": len(seeds),
         "threshold": args.threshold,
         "chunk_len": args.chunk_len,
@@ -188,7 +202,7 @@ def main() -> None:
                 }
             chunk_steps, sac_steps = result["chunk"]["steps_to_success"], result["sac"]["steps_to_success"]
             result["sac_censored"] = sac_steps is None
-            ratio = None if chunk_steps is None else chunk_steps / (sac_steps or args.steps)
+            ratio = None if chunk_steps is None else chunk_steps / (sac_steps or args.sac_steps)
             result["steps_ratio"] = None if ratio is None else round(ratio, 3)
             ratios.append(ratio)
             figures[task] = result

@@ -33,7 +33,8 @@ from robotrl.nn.chunk_execution import EXECUTIONS, ChunkExecution
 @dataclass
 class ChunkConfig(SACConfig):
     """SAC's settings (networks, learning rates, temperature, precision, pixels), and the chunk's own.
-    `n_step` does not apply: the backup runs over `chunk_len` steps."""
+    `n_step` does not apply: the backup runs over `chunk_len` steps. `target_entropy` is the whole chunk's
+    (chunk_len * action_dim entries; None: minus that count, SAC's -1 an entry)."""
 
     name: str = "chunk"
     chunk_len: int = 4  # h: actions per chunk, and steps per critic backup
