@@ -28,8 +28,9 @@ Measured (demos, seeds 1-3; bench/results/chunk_vs_sac.jsonl). Pick at -1 an ent
 final success 0.6/0.7/1.0 (mean curve 0.77 at 30k); chunk critic 0.5/0.7/0.8 (0.67); with `--chunk-samples 4`
 (best-of-4) 0.8/0.4/0.6 (0.60); `--execution ensemble` (seeds 1-2, ad hoc, to 27k) 0.0-0.1. Pick at
 `--entropy-per-dim -3`: the chunk critic's mean curve reaches 80% at 18k steps (final 1.0/0.8/0.7), SAC's at
-31k (`--sac-steps 45000`; 0.7 at 30k): pick's steps_ratio 0.58. Push at -3, 30k: neither gets past 0.1-0.4
-on any seed (SAC final 0.1/0.2/0.2): the headline stays null. Runs are deterministic per seed on one machine.
+31k (`--sac-steps 45000`; 0.7 at 30k): pick's steps_ratio 0.58. Push at -3, 30k: no seed of either gets past
+0.4 (mean curves at most 0.17 SAC, 0.23 chunk; final 0.1/0.2/0.2 and 0.1/0.0/0.0): the headline stays null.
+Runs are deterministic per seed on one machine.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """

@@ -208,7 +208,8 @@ class Learner:
         new = self._meta_stream(num_envs)
         whose = "one actor's stream" if stream_id is None else f"actor {stream_id!r}'s stream, {num_envs} envs"
         flags = new.horizon * num_envs  # the stream's intervention flags, a bool per row (ReplayGroup.open_stream)
-        sizes = {f"replay_capacity={cfg.replay_capacity} ({whose})": new.committed_bytes(stored, device) + flags}
+        new_bytes = new.committed_bytes(stored, device) + flags
+        sizes = {f"replay_capacity={cfg.replay_capacity} ({whose})": new_bytes}
         to_fill = sum(
             s.buffer.committed_bytes(stored, device) - s.buffer.committed_bytes(len(s.buffer), device)
             for s in storage.streams.values()
@@ -225,7 +226,7 @@ class Learner:
 
         def advice(free: int) -> str:
             per_transition = (new.committed_bytes(cfg.replay_capacity, device) + flags) / cfg.replay_capacity
-            room = max(0, free - sum(sizes.values()) + sizes[next(iter(sizes))])  # what this stream may have
+            room = max(0, free - sum(sizes.values()) + new_bytes)  # what the new stream may have beside the rest
             fit = f"about {room // per_transition:,.0f} fit beside the rest"
             fewer = f" or run fewer actors ({len(storage.streams)} streams are open)" if storage.streams else ""
             return f"lower replay_capacity ({per_transition:.0f} bytes a transition: {fit}){fewer}"
