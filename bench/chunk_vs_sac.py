@@ -58,9 +58,9 @@ WITH_DEMOS = [
 
 
 def action_dim(task: str) -> int:
-    from robotrl.tasks import ArmTaskConfig, make_task
+    from robotrl.tasks import TASK_CONFIGS, make_task
 
-    return make_task(ArmTaskConfig(name=task)).action_dim
+    return make_task(TASK_CONFIGS[task](name=task)).action_dim
 
 
 def agent_overrides(agent: str, task: str, args) -> list[str]:
