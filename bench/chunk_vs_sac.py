@@ -3,7 +3,8 @@ the same settings apart from the agent.
 
     python bench/chunk_vs_sac.py [--quick] [--tasks panda_pick_cube,panda_push] [--seeds 3] [--steps N]
                                  [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
-                                 [--execution open_loop] [--entropy-per-dim -1] [--jobs 2] [--save]
+                                 [--execution open_loop] [--entropy-per-dim -1] [--jobs 2] [--workdir DIR]
+                                 [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
 side. Every `--eval-interval` env steps a deterministic evaluation (`--eval-episodes` episodes) measures
@@ -15,6 +16,11 @@ it, and an upper bound (SAC's steps taken as its budget, flagged `sac_censored`)
 may go on past the chunk critic's (`--sac-steps`) to measure a ratio that budget would only bound.
 `--entropy-per-dim` sets both agents' target entropy per sampled action entry (SAC samples |A| entries an
 action, the chunk critic chunk_len * |A| a chunk); -1 is SAC's default, -|A|.
+`--workdir DIR` keeps the demonstrations and runs (default: a temporary directory, removed at the end). A run
+found there that got to its end with exactly the overrides it would be started with is read instead of re-run
+(`<agent>.reused_runs` counts them; its `minutes` are those it recorded); anything else there is replaced.
+Runs are deterministic per seed on one machine, so a stopped bench resumes where it stopped, and settings that
+change only the chunk critic share SAC's reference runs.
 
 Two settings (`setting` in the JSON line):
 - `demos` (`--demos N`, default 10): the offline-to-online setting of Q-chunking (Li et al. 2025) and of
@@ -30,13 +36,14 @@ final success 0.6/0.7/1.0 (mean curve 0.77 at 30k); chunk critic 0.5/0.7/0.8 (0.
 `--entropy-per-dim -3`: the chunk critic's mean curve reaches 80% at 18k steps (final 1.0/0.8/0.7), SAC's at
 31k (`--sac-steps 45000`; 0.7 at 30k): pick's steps_ratio 0.58. Push at -3, 30k: no seed of either gets past
 0.4 (mean curves at most 0.17 SAC, 0.23 chunk; final 0.1/0.2/0.2 and 0.1/0.0/0.0): the headline stays null.
-Runs are deterministic per seed on one machine.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import tempfile
 import time
@@ -79,16 +86,14 @@ def agent_overrides(agent: str, task: str, args) -> list[str]:
     return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else []), entropy]
 
 
-def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tuple[dict[int, float], float]:
-    """{eval step: success rate} of one training run (its own process), and its wall time in seconds."""
+def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tuple[dict[int, float], float, bool]:
+    """{eval step: success rate} of one training run (its own process), its wall time in seconds, and
+    whether it was a finished run of the same overrides found in `workdir` (read, not re-run)."""
     from robotrl.runtime.metrics import read_metrics
 
     run_dir = workdir / f"{task}_{agent}_s{seed}"
-    setting = [*WITH_DEMOS, f"hil.demos=[{workdir / f'demos_{task}_s{seed}'}]"] if args.demos else []
-    cmd = [
-        sys.executable,
-        "-m",
-        "robotrl.train",
+    setting = [*WITH_DEMOS, f"hil.demos=[{demos_dir(workdir, task, seed)}]"] if args.demos else []
+    overrides = [
         f"task={task}",
         *agent_overrides(agent, task, args),
         *setting,
@@ -104,12 +109,47 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
         "video=false",
         "progress=false",
         "threads=1",
-        f"hydra.run.dir={run_dir}",
     ]
-    start = time.perf_counter()
-    run_logged(cmd, run_dir.with_suffix(".log"))
+    reused = finished_run(run_dir, overrides)
+    if reused:
+        seconds = json.loads((run_dir / "summary.json").read_text())["eval/wall_s"]
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run, or one of other settings
+        start = time.perf_counter()
+        cmd = [sys.executable, "-m", "robotrl.train", *overrides, f"hydra.run.dir={run_dir}"]
+        run_logged(cmd, run_dir.with_suffix(".log"))
+        seconds = time.perf_counter() - start
     series = read_metrics(run_dir / "metrics.csv")["eval/success"]
-    return dict(series), time.perf_counter() - start
+    return dict(series), seconds, reused
+
+
+def finished_run(run_dir: Path, overrides: list[str]) -> bool:
+    """Whether `run_dir` holds a run that got to its end (its summary.json is written last) and was started
+    with exactly `overrides`, as Hydra recorded them."""
+    from omegaconf import OmegaConf
+
+    recorded = run_dir / ".hydra" / "overrides.yaml"
+    if not (run_dir / "summary.json").is_file() or not recorded.is_file():
+        return False
+    return OmegaConf.to_container(OmegaConf.load(recorded)) == overrides
+
+
+def demos_dir(workdir: Path, task: str, seed: int) -> Path:
+    return workdir / f"demos_{task}_s{seed}"
+
+
+def ensure_demos(workdir: Path, task: str, seed: int, episodes: int) -> None:
+    """Record the scripted demonstrations a (task, seed) trains with, unless `workdir` holds all of them."""
+    from robotrl.data.dataset import DatasetError, EpisodeDataset
+
+    path = demos_dir(workdir, task, seed)
+    try:
+        if len(EpisodeDataset.open(path)) == episodes:
+            return
+    except DatasetError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
+    record_scripted_demos(task, path, episodes, seed, reward="sparse")
 
 
 def steps_to_success(curves: list[dict[int, float]], threshold: float) -> int | None:
@@ -147,6 +187,12 @@ def main() -> None:
             help="each agent's target entropy per sampled action entry (-1: SAC's -|A|; hil_pick uses -3)",
         )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
+        p.add_argument(
+            "--workdir",
+            default=None,
+            help="keep demos and runs here (default: a temporary directory); a finished run of the same "
+            "overrides found here is read instead of re-run",
+        )
 
     args = parse_args(__doc__, extra)
     if args.demos < 0 or args.jobs < 1 or args.seeds < 1:
@@ -177,12 +223,16 @@ def main() -> None:
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
     ratios = []
-    with tempfile.TemporaryDirectory(prefix="chunk_vs_sac_") as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        workdir = Path(tmp)
+    with (
+        tempfile.TemporaryDirectory(prefix="chunk_vs_sac_") as tmp,
+        ThreadPoolExecutor(args.jobs) as pool,
+    ):
+        workdir = Path(args.workdir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         if args.demos:
             for task in tasks:
                 for seed in seeds:
-                    record_scripted_demos(task, workdir / f"demos_{task}_s{seed}", args.demos, seed, reward="sparse")
+                    ensure_demos(workdir, task, seed, args.demos)
         runs = {
             (task, agent, seed): pool.submit(success_curve, agent, task, seed, args, workdir)
             for task in tasks
@@ -193,7 +243,7 @@ def main() -> None:
             result: dict = {}
             for agent in ("sac", "chunk"):
                 done = [runs[task, agent, seed].result() for seed in seeds]
-                curves = [curve for curve, _ in done]
+                curves = [curve for curve, _, _ in done]
                 result[agent] = {
                     "steps_to_success": steps_to_success(curves, args.threshold),
                     "final_success": [round(curve[max(curve)], 2) for curve in curves],
@@ -201,7 +251,8 @@ def main() -> None:
                         (step, round(sum(c[step] for c in curves) / len(curves), 2))
                         for step in sorted(set.intersection(*(set(c) for c in curves)))
                     ],
-                    "minutes": round(sum(seconds for _, seconds in done) / 60, 2),
+                    "minutes": round(sum(seconds for _, seconds, _ in done) / 60, 2),
+                    "reused_runs": sum(reused for _, _, reused in done),
                 }
             chunk_steps, sac_steps = result["chunk"]["steps_to_success"], result["sac"]["steps_to_success"]
             result["sac_censored"] = sac_steps is None
