@@ -278,6 +278,7 @@ class Learner:
                 self.env_name,
                 self.cfg.hil.reward_classifier,
                 getattr(self.cfg.task, "reward", None),
+                bool(getattr(self.cfg.task, "terminate_on_success", False)),
             )
         )
         self.demos_loaded += new

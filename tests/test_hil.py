@@ -1,5 +1,6 @@
 """Human in the loop: the online/offline mixer, takeover corrections, behaviour cloning, recording."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -330,6 +331,34 @@ def test_recorded_demos_load_into_the_offline_buffer_stacked_and_only_for_the_re
     obs, _ = offline._observations(torch.tensor([5]), torch.zeros(1, dtype=torch.long), torch.tensor([5]))
     assert torch.equal(obs["pixels_front"][0], stack_frames(episodes[0].obs["pixels_front"], 3)[5])
     assert torch.equal(obs["cube_pos"][0], episodes[0].obs["cube_pos"][5])
+
+
+def test_a_demo_ends_at_its_first_success_when_the_run_terminates_on_success():
+    """A scripted push succeeds, then carries the puck past the goal: with task.terminate_on_success the run's
+    online episodes end at success, so its demos must too, or success is followed by failures and the
+    overshoot is cloned."""
+    from robotrl.data.dataset import Episode
+
+    success = torch.tensor([False, False, False, True, True, False, False, True])
+    episode = Episode(
+        obs={"x": torch.arange(9.0).unsqueeze(-1)},
+        action=torch.zeros(8, 2),
+        reward=success.float() - 1.0,
+        terminated=torch.zeros(8, dtype=torch.bool),
+        truncated=torch.arange(8) == 7,
+        success=success,
+        intervention=torch.zeros(8, dtype=torch.bool),
+    )
+    spec = {"x": TensorSpec((1,))}
+    cut, whole = ReplayBuffer(spec, 2, 16), ReplayBuffer(spec, 2, 16)
+    assert add_episode(cut, episode, end_at_success=True) == 4
+    assert cut.reward[:4, 0].tolist() == [-1.0, -1.0, -1.0, 0.0]
+    assert cut.terminated[:4, 0].tolist() == [False, False, False, True] and not cut.truncated[:4].any()
+    assert torch.equal(cut.next_obs["x"][3, 0], torch.tensor([4.0]))
+    assert add_episode(whole, episode) == 8
+    assert not whole.terminated[:8].any() and whole.truncated[:8, 0].tolist() == [False] * 7 + [True]
+    never = dataclasses.replace(episode, success=torch.zeros(8, dtype=torch.bool))
+    assert add_episode(ReplayBuffer(spec, 2, 16), never, end_at_success=True) == 8  # nothing to cut at
 
 
 @pytest.mark.slow

@@ -436,6 +436,25 @@ def test_demonstrations_are_rewarded_by_the_runs_classifier(tmp_path, verdict):
     assert set(relabelled.sample(64).reward.flatten().tolist()) == {1.0 if verdict else 0.0}
 
 
+def test_with_termination_at_success_demonstrations_end_at_the_classifiers_first_verdict(tmp_path):
+    """The classifier, not the recording, owns success: a demo it judges successful from the first frame is
+    one terminal step long; one it never judges successful is kept whole, whatever the recording said."""
+    from robotrl.data.replay import ReplayBuffer
+    from robotrl.hil.setup import load_demos
+
+    write_dataset(tmp_path / "demos", [make_episode(6, success_from=3, seed=i) for i in range(2)])
+    spec = {"pixels_front": TensorSpec((3, SIZE, SIZE), torch.uint8), "ee_pos": TensorSpec((3,))}
+    demos = [str(tmp_path / "demos")]
+    assert load_demos(demos, ReplayBuffer(spec, 4, 64), spec, 4, terminate_on_success=True) == 8
+    always, never = saved_constant_classifier(tmp_path / "yes", True), saved_constant_classifier(tmp_path / "no", False)
+    offline = ReplayBuffer(spec, 4, 64)
+    assert load_demos(demos, offline, spec, 4, reward_classifier=always, terminate_on_success=True) == 2
+    assert offline.terminated[:2, 0].all() and offline.reward[:2, 0].tolist() == [1.0, 1.0]
+    assert (
+        load_demos(demos, ReplayBuffer(spec, 4, 64), spec, 4, reward_classifier=never, terminate_on_success=True) == 12
+    )
+
+
 def test_the_classifier_not_the_simulator_ends_episodes_on_success(tmp_path):
     from robotrl.tasks import TASK_CONFIGS, make_env
 

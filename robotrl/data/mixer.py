@@ -199,13 +199,19 @@ def add_episode(
     episode,
     pixel_keys: Sequence[str] = (),
     frame_stack: int = 1,
-    rewards: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
-) -> None:
-    """Write a recorded episode (robotrl.data.dataset.Episode) into a one-env buffer as one contiguous run.
+    relabel: Callable[[Obs], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    end_at_success: bool = False,
+) -> int:
+    """Write a recorded episode (robotrl.data.dataset.Episode) into a one-env buffer as one contiguous run;
+    returns the steps written.
 
     Image entries are recorded one frame per step; they are stacked here as the training env stacks them.
-    `rewards` (e.g. robotrl.hil.classifier_reward.demo_rewarder) replaces the recorded rewards with its own
-    for the episode's next observations [T, ...], stacked as the env stacks them.
+    `relabel` (e.g. robotrl.hil.classifier_reward.demo_relabeller) gives its own rewards and success verdicts
+    ([T] each) for the episode's next observations [T, ...], stacked as the env stacks them, in place of the
+    recorded ones. With `end_at_success` (the run's `task.terminate_on_success`) the episode ends at its first
+    success, as a terminal step, as online episodes do: a success is then never followed by steps the online
+    episodes cannot have, and what the demonstrator did after it (a push carried on past the goal) is not
+    cloned.
     """
     if offline.num_envs != 1:
         raise ValueError(f"the offline buffer must have one env column, it has {offline.num_envs}")
@@ -214,11 +220,16 @@ def add_episode(
     for key in pixel_keys:
         if frame_stack > 1:
             obs[key] = stack_frames(obs[key], frame_stack)
+    if relabel is None:
+        reward, success = episode.reward, episode.success
+    else:
+        reward, success = relabel({k: v[1:] for k, v in obs.items()})
     steps = len(episode)
-    reward = episode.reward if rewards is None else rewards({k: v[1:] for k, v in obs.items()})
+    if end_at_success and bool(success.any()):
+        steps = int(success.nonzero()[0, 0]) + 1
     for t in range(steps):
         last = t == steps - 1
-        terminated = bool(episode.terminated[t])
+        terminated = bool(episode.terminated[t]) or (end_at_success and last and bool(success[t]))
         truncated = bool(episode.truncated[t]) or (last and not terminated)  # a run never continues past its end
         add_row(
             offline,
@@ -229,6 +240,7 @@ def add_episode(
             terminated,
             truncated,
         )
+    return steps
 
 
 def offline_rows(ratio: float, batch_size: int) -> int:

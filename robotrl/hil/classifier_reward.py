@@ -119,15 +119,17 @@ def classify(classifier: RewardClassifier, obs: Obs, what: str = "observation") 
     return (probs >= classifier.threshold).cpu()
 
 
-def demo_rewarder(
+def demo_relabeller(
     classifier: RewardClassifier, success_reward: float = 1.0, failure_reward: float = 0.0, batch: int = 256
-) -> Callable[[Obs], torch.Tensor]:
-    """Rewards [T] for a recorded episode's next observations [T, ...], as ClassifierReward (with the same
-    rewards) scores online steps: demonstrations and online data must share one reward function, or half of
-    each batch teaches that success is worth what failure is worth online."""
+) -> Callable[[Obs], tuple[torch.Tensor, torch.Tensor]]:
+    """Rewards [T] and success verdicts [T] for a recorded episode's next observations [T, ...], as
+    ClassifierReward (with the same rewards) scores online steps: demonstrations and online data must share
+    one reward function, or half of each batch teaches that success is worth what failure is worth online;
+    and with `task.terminate_on_success` a demonstration ends where the classifier, not the recording, saw
+    success first."""
     classifier = classifier.eval()
 
-    def rewards(next_obs: Obs) -> torch.Tensor:
+    def relabel(next_obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         steps = next(iter(next_obs.values())).shape[0]
         success = torch.cat(
             [
@@ -135,6 +137,6 @@ def demo_rewarder(
                 for i in range(0, steps, batch)
             ]
         )
-        return torch.where(success, success_reward, failure_reward).to(torch.float32)
+        return torch.where(success, success_reward, failure_reward).to(torch.float32), success
 
-    return rewards
+    return relabel

@@ -66,6 +66,7 @@ def load_demos(
     task: str | None = None,
     reward_classifier: str | None = None,
     reward: str | None = None,
+    terminate_on_success: bool = False,
 ) -> int:
     """Write every episode of the datasets at `paths` into `offline`; returns the transitions written.
 
@@ -74,6 +75,8 @@ def load_demos(
     verified before any episode of any of them is used: a bad one leaves `offline` as it was. Images are
     recorded one frame per step and stacked here as the env stacks them. With a `reward_classifier` (the
     run's `hil.reward_classifier`), rewards are the classifier's, as online, whatever the demos recorded.
+    With `terminate_on_success` (the run's `task.terminate_on_success`) each demonstration ends at its first
+    success (the classifier's verdict where one relabels), as a terminal step, as the online episodes do.
     """
     from robotrl.data.dataset import EpisodeDataset
 
@@ -84,19 +87,19 @@ def load_demos(
         dataset = EpisodeDataset.open(path)
         _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task, expected_reward)
         loaded.append((path, dataset, dataset.load_all()))
-    rewards = None
+    relabel = None
     if reward_classifier:
-        from robotrl.hil.classifier_reward import demo_rewarder
+        from robotrl.hil.classifier_reward import demo_relabeller
         from robotrl.hil.reward_classifier import RewardClassifier
 
-        rewards = demo_rewarder(RewardClassifier.load(reward_classifier))
+        relabel = demo_relabeller(RewardClassifier.load(reward_classifier))
     written = 0
     for path, dataset, episodes in loaded:
-        for episode in episodes:
-            add_episode(offline, episode, images, frame_stack, rewards)
-            written += len(episode)
-        log.info("loaded %d demonstration episodes (%d steps) from %s", len(episodes), dataset.num_steps, path)
-    if rewards is not None:
+        steps = sum(add_episode(offline, e, images, frame_stack, relabel, terminate_on_success) for e in episodes)
+        cut = f", {dataset.num_steps - steps} after a first success left out" if steps < dataset.num_steps else ""
+        log.info("loaded %d demonstration episodes (%d steps%s) from %s", len(episodes), steps, cut, path)
+        written += steps
+    if relabel is not None:
         log.info("demonstration rewards are the reward classifier's (%s), as online steps'", reward_classifier)
     return written
 

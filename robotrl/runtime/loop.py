@@ -185,6 +185,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             env.name,
             cfg.hil.reward_classifier,
             getattr(cfg.task, "reward", None),
+            terminate_on_success,
         )
     update_every = getattr(cfg.agent, "update_every", 1)
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
