@@ -20,7 +20,8 @@ action, the chunk critic chunk_len * |A| a chunk); -1 is SAC's default, -|A|.
 found there that got to its end with exactly the overrides it would be started with is read instead of re-run
 (`<agent>.reused_runs` counts them; its `minutes` are those it recorded); anything else there is replaced.
 Runs are deterministic per seed on one machine, so a stopped bench resumes where it stopped, and settings that
-change only the chunk critic share SAC's reference runs.
+change only the chunk critic share SAC's reference runs. A run is matched by its overrides alone: after a
+change to code the runs depend on, start a fresh workdir.
 
 Two settings (`setting` in the JSON line):
 - `demos` (`--demos N`, default 10): the offline-to-online setting of Q-chunking (Li et al. 2025) and of
@@ -35,8 +36,12 @@ final success 0.6/0.7/1.0 (mean curve 0.77 at 30k); chunk critic 0.5/0.7/0.8 (0.
 (best-of-4) 0.8/0.4/0.6 (0.60); `--execution ensemble` (seeds 1-2, ad hoc, to 27k) 0.0-0.1. Pick at
 `--entropy-per-dim -3`: the chunk critic's mean curve reaches 80% at 18k steps (final 1.0/0.8/0.7), SAC's at
 31k (`--sac-steps 45000`; 0.7 at 30k): pick's steps_ratio 0.58; with `--chunk-len 5` (target entropy -60) the
-chunk critic's at 17k (final 0.9/0.7/0.9; 0.5 by 11k): 0.55. Push at -3, 30k: no seed of either gets past
-0.4 (mean curves at most 0.17 SAC, 0.23 chunk; final 0.1/0.2/0.2 and 0.1/0.0/0.0): the headline stays null.
+chunk critic's at 17k (final 0.9/0.7/0.9; 0.5 by 11k): 0.55. Those runs wrote each demo whole; since demos
+end at their first success in a run that does (robotrl.hil.setup.load_demos), at chunk_len 5 and -3 the chunk
+critic's mean curve first reaches 80% at 15k (0.6-0.77 over 16-18k, 0.8 or more from 19k on; final
+1.0/0.9/1.0) and SAC's at 32k (0.8 or more from 41k on; final 1.0/0.5/1.0): pick's steps_ratio **0.47**.
+Push at -3, 30k (demos whole): no seed of either gets past 0.4 (mean curves at most 0.17 SAC, 0.23 chunk;
+final 0.1/0.2/0.2 and 0.1/0.0/0.0): the headline stays null.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
