@@ -41,7 +41,7 @@ end at their first success in a run that does (robotrl.hil.setup.load_demos), at
 critic's mean curve first reaches 80% at 15k (0.6-0.77 over 16-18k, 0.8 or more from 19k on; final
 1.0/0.9/1.0) and SAC's at 32k (0.8 or more from 41k on; final 1.0/0.5/1.0): pick's steps_ratio **0.47**.
 Push at -3, 30k: with demos whole (chunk_len 4) no seed of either gets past 0.4 (mean curves at most 0.17 SAC,
-0.23 chunk); at HEAD (chunk_len 5) the same (at most 0.17 SAC, 0.23 chunk; final 0.1/0.1/0.1 and 0.3/0.0/0.1):
+0.23 chunk); with demos cut (chunk_len 5) the same (at most 0.17 SAC, 0.23 chunk; final 0.1/0.1/0.1 and 0.3/0.0/0.1):
 the headline stays null.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
