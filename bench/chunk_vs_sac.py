@@ -41,8 +41,8 @@ end at their first success in a run that does (robotrl.hil.setup.load_demos), at
 critic's mean curve first reaches 80% at 15k (0.6-0.77 over 16-18k, 0.8 or more from 19k on; final
 1.0/0.9/1.0) and SAC's at 32k (0.8 or more from 41k on; final 1.0/0.5/1.0): pick's steps_ratio **0.47**.
 Push at -3, 30k: with demos whole (chunk_len 4) no seed of either gets past 0.4 (mean curves at most 0.17 SAC,
-0.23 chunk); with demos cut (chunk_len 5) the same (at most 0.17 SAC, 0.23 chunk; final 0.1/0.1/0.1 and 0.3/0.0/0.1):
-the headline stays null.
+0.23 chunk); with demos cut (chunk_len 5) the same (at most 0.17 SAC, 0.23 chunk; final 0.1/0.1/0.1 and
+0.3/0.0/0.1): the headline stays null.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
@@ -159,13 +159,15 @@ def ensure_demos(workdir: Path, task: str, seed: int, episodes: int) -> None:
     record_scripted_demos(task, path, episodes, seed, reward="sparse")
 
 
+def mean_curve(curves: list[dict[int, float]]) -> list[tuple[int, float]]:
+    """(eval step, success rate averaged over seeds) at the steps every seed evaluated."""
+    return [(step, sum(c[step] for c in curves) / len(curves)) for step in sorted(set.intersection(*map(set, curves)))]
+
+
 def steps_to_success(curves: list[dict[int, float]], threshold: float) -> int | None:
     """The first eval step where the success rate averaged over seeds reaches `threshold`. The mean is
     compared with a tolerance: in floating point (0.8 + 0.6 + 1.0) / 3 is 0.7999999999999999."""
-    for step in sorted(set.intersection(*(set(c) for c in curves))):
-        if sum(c[step] for c in curves) / len(curves) >= threshold - 1e-9:
-            return step
-    return None
+    return next((step for step, mean in mean_curve(curves) if mean >= threshold - 1e-9), None)
 
 
 def main() -> None:
@@ -255,10 +257,7 @@ def main() -> None:
                 result[agent] = {
                     "steps_to_success": steps_to_success(curves, args.threshold),
                     "final_success": [round(curve[max(curve)], 2) for curve in curves],
-                    "curve": [
-                        (step, round(sum(c[step] for c in curves) / len(curves), 2))
-                        for step in sorted(set.intersection(*(set(c) for c in curves)))
-                    ],
+                    "curve": [(step, round(mean, 2)) for step, mean in mean_curve(curves)],
                     "minutes": round(sum(seconds for _, seconds, _ in done) / 60, 2),
                     "reused_runs": sum(reused for _, _, reused in done),
                 }
