@@ -231,18 +231,20 @@ PICK_ARGS = [
 ]
 
 
-def write_demos(path, episodes=2, steps=12):
-    """A dataset as robotrl-record writes it (random contents of the task's shapes); returns its steps."""
+def write_demos(path, episodes=2, steps=12, success_from=None):
+    """A dataset as robotrl-record writes it (random contents of the task's shapes, successful from step
+    `success_from` on if given); returns its steps."""
     env = make_env(PICK, num_envs=1)
     spec, action_dim = dict(env.obs_spec), env.action_dim
     env.close()
     dataset = EpisodeDataset.create(path, spec, action_dim, {"task": "panda_pick_cube"})
     flag = torch.zeros(steps, dtype=torch.bool)
+    success = flag if success_from is None else torch.arange(steps) >= success_from
     for _ in range(episodes):
         obs = {k: torch.randn(steps + 1, *s.shape).to(s.dtype) for k, s in spec.items()}
         action = torch.rand(steps, action_dim) * 2 - 1
         last = torch.arange(steps) == steps - 1
-        dataset.append(Episode(obs, action, torch.zeros(steps), flag, last, flag, ~flag))
+        dataset.append(Episode(obs, action, torch.zeros(steps), flag, last, success, ~flag))
     return episodes * steps, [e.action for e in dataset.load_all()]
 
 
@@ -253,10 +255,10 @@ def rows_of(buffer, index, env=0):
     return [tuple(row) for row in parts.tolist()]
 
 
-def in_process_learner(run_dir, demos):
+def in_process_learner(run_dir, demos, *overrides):
     """The learner's state as a restart in `run_dir` rebuilds it (latest checkpoint, then the write-ahead log)."""
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
-        cfg = to_learner_config(compose("learner", [*PICK_ARGS, f"hil.demos=[{demos}]", "device=cpu"]))
+        cfg = to_learner_config(compose("learner", [*PICK_ARGS, f"hil.demos=[{demos}]", "device=cpu", *overrides]))
     return Learner(cfg, run_dir)
 
 
@@ -327,6 +329,15 @@ def test_operator_corrections_and_demos_share_one_offline_buffer_that_survives_a
     assert again.service.wal_replayed == 0 and again.storage.offline_stats() == live["offline"]
     assert torch.equal(again.storage.offline.obs["cube_pos"][:n], offline.obs["cube_pos"][:n])
     assert torch.equal(again.storage.offline.truncated[:n], offline.truncated[:n])
+
+
+def test_a_learner_ends_demonstrations_at_their_first_success_when_the_task_does(tmp_path):
+    """Its actors' episodes end at success (task.terminate_on_success), so the demos it holds must too."""
+    write_demos(tmp_path / "demos", episodes=2, steps=12, success_from=4)
+    learner = in_process_learner(tmp_path / "run", tmp_path / "demos", "task.terminate_on_success=true")
+    learner.wal.close()
+    offline = learner.storage.offline
+    assert len(offline) == 10 and offline.terminated[:10, 0].nonzero().flatten().tolist() == [4, 9]
 
 
 def test_a_learner_refuses_demonstrations_of_another_task_by_name(tmp_path):
