@@ -19,7 +19,7 @@ action, the chunk critic chunk_len * |A| a chunk); -1 is SAC's default, -|A|.
 `--workdir DIR` keeps the demonstrations and runs (default: a temporary directory, removed at the end). A run
 found there that got to its end with exactly the overrides it would be started with, on the same code (each
 run's directory holds the digest of robotrl/, tasks/ and configs/ it ran: bench/common.py source_digest), is
-read instead of re-run (`<agent>.reused_runs` counts them; its `minutes` are those it recorded); anything else
+read instead of re-run (`<task>.<agent>.reused_runs` counts them; its `minutes` are those it recorded); anything else
 there is replaced. Runs are deterministic per seed on one machine, so a stopped bench resumes where it stopped,
 and settings that change only the chunk critic share SAC's reference runs.
 
