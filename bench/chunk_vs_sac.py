@@ -17,11 +17,11 @@ may go on past the chunk critic's (`--sac-steps`) to measure a ratio that budget
 `--entropy-per-dim` sets both agents' target entropy per sampled action entry (SAC samples |A| entries an
 action, the chunk critic chunk_len * |A| a chunk); -1 is SAC's default, -|A|.
 `--workdir DIR` keeps the demonstrations and runs (default: a temporary directory, removed at the end). A run
-found there that got to its end with exactly the overrides it would be started with is read instead of re-run
-(`<agent>.reused_runs` counts them; its `minutes` are those it recorded); anything else there is replaced.
-Runs are deterministic per seed on one machine, so a stopped bench resumes where it stopped, and settings that
-change only the chunk critic share SAC's reference runs. A run is matched by its overrides alone: after a
-change to code the runs depend on, start a fresh workdir.
+found there that got to its end with exactly the overrides it would be started with, on the same code (each
+run's directory holds the digest of robotrl/, tasks/ and configs/ it ran: bench/common.py source_digest), is
+read instead of re-run (`<task>.<agent>.reused_runs` counts them; its `minutes` are those it recorded); anything else
+there is replaced. Runs are deterministic per seed on one machine, so a stopped bench resumes where it stopped,
+and settings that change only the chunk critic share SAC's reference runs.
 
 Two settings (`setting` in the JSON line):
 - `demos` (`--demos N`, default 10): the offline-to-online setting of Q-chunking (Li et al. 2025) and of
@@ -58,8 +58,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit, parse_args, record_scripted_demos, run_logged
+from common import emit, parse_args, record_scripted_demos, run_logged, source_digest
 
+CODE_STAMP = "code_digest"  # in a run's directory: the source_digest of the code it ran
 QUICK_SIZE = ["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"]
 WITH_DEMOS = [
     "task.reward=sparse",
@@ -117,11 +118,14 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
         "progress=false",
         "threads=1",
     ]
-    reused = finished_run(run_dir, overrides)
+    code = source_digest()
+    reused = finished_run(run_dir, overrides, code)
     if reused:
         seconds = json.loads((run_dir / "summary.json").read_text())["eval/wall_s"]
     else:
-        shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run, or one of other settings
+        shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run, or one of other settings or code
+        run_dir.mkdir(parents=True)
+        (run_dir / CODE_STAMP).write_text(code + "\n")
         start = time.perf_counter()
         cmd = [sys.executable, "-m", "robotrl.train", *overrides, f"hydra.run.dir={run_dir}"]
         run_logged(cmd, run_dir.with_suffix(".log"))
@@ -130,15 +134,15 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
     return dict(series), seconds, reused
 
 
-def finished_run(run_dir: Path, overrides: list[str]) -> bool:
-    """Whether `run_dir` holds a run that got to its end (its summary.json is written last) and was started
-    with exactly `overrides`, as Hydra recorded them."""
+def finished_run(run_dir: Path, overrides: list[str], code: str) -> bool:
+    """Whether `run_dir` holds a run that got to its end (its summary.json is written last), was started
+    with exactly `overrides`, as Hydra recorded them, and ran the code whose `source_digest` is `code`."""
     from omegaconf import OmegaConf
 
-    recorded = run_dir / ".hydra" / "overrides.yaml"
-    if not (run_dir / "summary.json").is_file() or not recorded.is_file():
+    recorded, stamp = run_dir / ".hydra" / "overrides.yaml", run_dir / CODE_STAMP
+    if not all(p.is_file() for p in (run_dir / "summary.json", recorded, stamp)):
         return False
-    return OmegaConf.to_container(OmegaConf.load(recorded)) == overrides
+    return stamp.read_text().strip() == code and OmegaConf.to_container(OmegaConf.load(recorded)) == overrides
 
 
 def demos_dir(workdir: Path, task: str, seed: int) -> Path:

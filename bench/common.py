@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -67,6 +68,20 @@ def in_subprocess(module: str, expr: str, threads: int) -> float:
     if out.returncode != 0:
         raise RuntimeError(f"{module}: {expr} failed ({out.returncode}):\n{out.stderr[-2000:]}")
     return float(out.stdout.strip().splitlines()[-1])
+
+
+# What a training run executes: a run measured with other contents of these is not a run of this code.
+RUN_SOURCES = ("robotrl", "tasks", "configs")
+
+
+def source_digest() -> str:
+    """sha256 over the path and bytes of every file under RUN_SOURCES (caches aside), in path order."""
+    digest = hashlib.sha256()
+    for top in RUN_SOURCES:
+        for path in sorted((REPO / top).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def run_logged(cmd: list[str], log: Path) -> None:

@@ -4,7 +4,7 @@ and at 500 Hz, against a raw Cyclone DDS ping-pong of the same messages measured
 Twin side (this process): hardware/sim_twin.py:SimTwin (MuJoCo Panda, one control period per deadline)
 publishes /joint_states through our bridge. Policy side (a child process, as `robotrl-deploy` would run):
 a bridge subscription whose callback turns each joint state (position and velocity) into a joint-position
-command with a 2x256 robotrl.nn.MLP forward and publishes it on /forward_position_controller/commands.
+command with a 2x256 robotrl.nn.mlp.MLP forward and publishes it on /forward_position_controller/commands.
 The command carries the stamp of the state it answers in its layout's dimension label, so the twin's
 command hook measures the round trip: state stamped and published -> command received at the twin (ms).
 Also reported: the twin's period jitter (std of the intervals between joint states), wake-up lateness,

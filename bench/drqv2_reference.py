@@ -2,7 +2,9 @@
 (facebookresearch/drqv2, drqv2.py) performs it, rewritten here from its published structure because the
 original is not a package: float conversion of the uint8 batch, replicate pad + grid_sample random shift,
 separate encoder/critic/actor Adam optimizers, two Q MLPs, a truncated-normal policy sample, and a
-parameter-by-parameter soft update. Run by drqv2_speed.py in its own process, with the default allocator.
+parameter-by-parameter soft update. Run by drqv2_speed.py in its own process, with the default allocator,
+and again with robotrl's (`retain_alloc`: freed memory kept in the process;
+`reference_updates_per_s_retained_alloc`).
 """
 
 from __future__ import annotations

@@ -7,11 +7,12 @@ Figures per env and exploration (means over seeds):
   action_sq_diff: mean squared difference between consecutive exploration actions during training
       (the policy's actions after warm-up, within episodes; robotrl/runtime/smoothness.py)
   action_high_freq_share: share of that action power above 0.25 cycles per control step
-  final: the final deterministic evaluation's success rate (panda_reach) or return (HalfCheetah-v5)
+  success / return: the final deterministic evaluation's success rate (panda_reach) or return
+      (HalfCheetah-v5); `perf_metric` names the one perf_ratio compares
   eval_action_sq_diff: the same difference for the final deterministic policy (no noise at all): the floor
       that the policy's own step-to-step changes set under any exploration noise
-Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, and perf_ratio = 1 + (gsde final
-- gaussian final) / |gaussian final| (gsde / gaussian when the Gaussian's figure is positive). panda_reach is
+Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, and perf_ratio = 1 + (gsde's
+- gaussian's) / |gaussian's| of that figure (gsde / gaussian when the Gaussian's is positive). panda_reach is
 judged on success, or on return where the Gaussian run has no success at all (short runs).
 Top level: smoothness_ratio is the largest over envs, perf_ratio the smallest.
 Goal: smoothness_ratio <= 0.33 with perf_ratio >= 0.95.

@@ -1,4 +1,4 @@
-"""SAC speed against stable-baselines3, measured in the same process on the same threads.
+"""SAC speed against stable-baselines3, on the same threads, each figure in its own fresh process.
 
 Figures:
   robotrl_updates_per_s / sb3_updates_per_s: gradient updates per second (batch 256, 2x256 MLPs) for

@@ -43,7 +43,7 @@ from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
-from robotrl.hil.setup import env_task, wrap_for_hil
+from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
 from robotrl.runtime.env import StepResult, VecEnv
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
@@ -270,7 +270,7 @@ class Actor:
             env = make_training_env(SimpleNamespace(task=task, agent=agent_cfg), cfg.num_envs)
         try:
             # the operator's takeover and a learned reward, as the loop's env
-            env = wrap_for_hil(env, cfg.hil, bool(getattr(cfg.task, "terminate_on_success", False)))
+            env = wrap_for_hil(env, cfg.hil, ends_at_success(cfg.task))
         except BaseException:
             env.close()
             client.close()

@@ -260,7 +260,7 @@ class Learner:
     def _load_demos(self) -> None:
         """Write the `hil.demos` datasets not in the offline buffer yet into it (all of them at the first start;
         after a restart the checkpoint holds those it had)."""
-        from robotrl.hil.setup import load_demos
+        from robotrl.hil.setup import ends_at_success, load_demos
 
         paths = [str(Path(p).resolve()) for p in self.cfg.hil.demos]
         for gone in sorted(set(self.demos_loaded) - set(paths)):
@@ -278,7 +278,7 @@ class Learner:
                 self.env_name,
                 self.cfg.hil.reward_classifier,
                 getattr(self.cfg.task, "reward", None),
-                bool(getattr(self.cfg.task, "terminate_on_success", False)),
+                ends_at_success(self.cfg.task),
             )
         )
         self.demos_loaded += new

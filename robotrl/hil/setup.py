@@ -16,11 +16,17 @@ from robotrl.hil.scripted_operator import ScriptedOperator, expert_of, world_to_
 log = logging.getLogger(__name__)
 
 
+def ends_at_success(task_cfg) -> bool:
+    """Whether a run's episodes, online and demonstrated, end at their first success: the task's
+    `terminate_on_success` (a task config without the setting, gym's, never ends them early)."""
+    return bool(getattr(task_cfg, "terminate_on_success", False))
+
+
 def env_task(task_cfg, hil: HILConfig):
     """The task config to build the env from: with a learned reward the classifier's verdict, not the
     simulator's check, ends episodes (`wrap_for_hil(..., terminate_on_success=...)`), so the env itself runs on
     past its own success; otherwise `task_cfg` as it is."""
-    if hil.reward_classifier and getattr(task_cfg, "terminate_on_success", False):
+    if hil.reward_classifier and ends_at_success(task_cfg):
         return dataclasses.replace(task_cfg, terminate_on_success=False)
     return task_cfg
 

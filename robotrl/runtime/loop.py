@@ -21,7 +21,7 @@ from robotrl.data.mixer import MixedReplay, RatioSchedule
 from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import pixel_keys
 from robotrl.hil.intervention import InterventionEnv
-from robotrl.hil.setup import env_task, load_demos, wrap_for_hil
+from robotrl.hil.setup import ends_at_success, env_task, load_demos, wrap_for_hil
 from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import kept_checkpoint_note, latest_checkpoint, load_checkpoint, save_checkpoint
 from robotrl.runtime.evaluate import evaluate
@@ -169,7 +169,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
 
-    terminate_on_success = bool(getattr(cfg.task, "terminate_on_success", False))
+    terminate_on_success = ends_at_success(cfg.task)
     env = make_training_env(cfg, cfg.num_envs, task=env_task(cfg.task, cfg.hil))
     env = wrap_for_hil(env, cfg.hil, terminate_on_success)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)

@@ -1,0 +1,79 @@
+"""bench/chunk_vs_sac.py --workdir: a kept run is read again only where it is a finished run of the same
+overrides and the same code; anything else is run anew."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def chunk_vs_sac():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("chunk_vs_sac")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def kept_run(run_dir: Path, overrides: list[str], code: str | None, finished: bool = True) -> Path:
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if code is not None:
+        (run_dir / "code_digest").write_text(code + "\n")
+    if finished:
+        (run_dir / "summary.json").write_text('{"eval/wall_s": 1.0}')
+    return run_dir
+
+
+OVERRIDES = ["task=panda_push", "agent=chunk", "seed=1", "total_steps=30000"]
+
+
+def test_a_finished_run_of_the_same_overrides_and_code_is_read_again(chunk_vs_sac, tmp_path):
+    code = chunk_vs_sac.source_digest()
+    assert chunk_vs_sac.finished_run(kept_run(tmp_path / "run", OVERRIDES, code), OVERRIDES, code)
+
+
+@pytest.mark.parametrize(
+    "why", ["other code", "no code stamp (kept before stamps)", "unfinished", "other overrides", "overrides reordered"]
+)
+def test_any_other_kept_run_is_run_anew(chunk_vs_sac, tmp_path, why):
+    code = chunk_vs_sac.source_digest()
+    recorded, stamp, finished = OVERRIDES, code, True
+    if why == "other code":
+        stamp = "0" * 64
+    elif why.startswith("no code stamp"):
+        stamp = None
+    elif why == "unfinished":
+        finished = False
+    elif why == "other overrides":
+        recorded = [*OVERRIDES[:-1], "total_steps=20000"]
+    else:
+        recorded = OVERRIDES[::-1]
+    run_dir = kept_run(tmp_path / "run", recorded, stamp, finished)
+    assert not chunk_vs_sac.finished_run(run_dir, OVERRIDES, code)
+
+
+def test_the_code_digest_follows_the_contents_of_what_a_run_executes(chunk_vs_sac, tmp_path, monkeypatch):
+    import common
+
+    for top in common.RUN_SOURCES:
+        (tmp_path / top).mkdir()
+        (tmp_path / top / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(common, "REPO", tmp_path)
+    before = common.source_digest()
+    (tmp_path / "tasks" / "__pycache__").mkdir()
+    (tmp_path / "tasks" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "README.md").write_text("not run\n")
+    assert common.source_digest() == before  # caches and files outside the run's sources do not count
+    (tmp_path / "configs" / "a.py").write_text("x = 2\n")
+    assert common.source_digest() != before
+    (tmp_path / "configs" / "a.py").write_text("x = 1\n")
+    assert common.source_digest() == before
+    (tmp_path / "robotrl" / "a.py").rename(tmp_path / "robotrl" / "b.py")
+    assert common.source_digest() != before  # a moved file is other code
