@@ -21,11 +21,12 @@ def chunk_vs_sac():
         sys.path.remove(str(BENCH))
 
 
-def kept_run(run_dir: Path, overrides: list[str], code: str | None, finished: bool = True) -> Path:
+def kept_run(stamp_name: str, run_dir: Path, overrides: list[str], code: str | None, finished=True) -> Path:
+    """A run directory as a bench run leaves it: Hydra's overrides, the code stamp, summary.json once finished."""
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     if code is not None:
-        (run_dir / "code_digest").write_text(code + "\n")
+        (run_dir / stamp_name).write_text(code + "\n")
     if finished:
         (run_dir / "summary.json").write_text('{"eval/wall_s": 1.0}')
     return run_dir
@@ -36,7 +37,9 @@ OVERRIDES = ["task=panda_push", "agent=chunk", "seed=1", "total_steps=30000"]
 
 def test_a_finished_run_of_the_same_overrides_and_code_is_read_again(chunk_vs_sac, tmp_path):
     code = chunk_vs_sac.source_digest()
-    assert chunk_vs_sac.finished_run(kept_run(tmp_path / "run", OVERRIDES, code), OVERRIDES, code)
+    assert chunk_vs_sac.finished_run(
+        kept_run(chunk_vs_sac.CODE_STAMP, tmp_path / "run", OVERRIDES, code), OVERRIDES, code
+    )
 
 
 @pytest.mark.parametrize(
@@ -55,7 +58,7 @@ def test_any_other_kept_run_is_run_anew(chunk_vs_sac, tmp_path, why):
         recorded = [*OVERRIDES[:-1], "total_steps=20000"]
     else:
         recorded = OVERRIDES[::-1]
-    run_dir = kept_run(tmp_path / "run", recorded, stamp, finished)
+    run_dir = kept_run(chunk_vs_sac.CODE_STAMP, tmp_path / "run", recorded, stamp, finished)
     assert not chunk_vs_sac.finished_run(run_dir, OVERRIDES, code)
 
 
