@@ -38,6 +38,7 @@ class BCConfig:
     conv_stride: int = 1
     feature_dim: int = 50
     shift_pad: int = 4
+    obs_norm: bool = False  # standardise state features with the training batches' running statistics (as SAC's)
 
     def validate(self) -> None:
         for name in ("batch_size", "utd_ratio", "frame_stack", "conv_channels", "conv_layers", "conv_stride"):
@@ -60,10 +61,10 @@ class BC(Agent):
         self.pixel_keys = pixel_keys(obs_spec)
         if self.pixel_keys:
             self.encoder = ImageStateEncoder(
-                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride
+                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride, cfg.obs_norm
             )
         else:
-            self.encoder = StateEncoder(obs_spec)
+            self.encoder = StateEncoder(obs_spec, cfg.obs_norm)
         self.policy = mlp(self.encoder.out_dim, cfg.hidden, action_dim)
         self.to(device)
         self.optimizer = make_adam(self.parameters(), cfg.lr)
@@ -86,6 +87,7 @@ class BC(Agent):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         if self.pixel_keys:
             batch = dataclasses.replace(batch, obs=shift_images(batch.obs, self.pixel_keys, self.cfg.shift_pad))
+        self.encoder.observe(batch.obs)
         demo = batch.demo
         if demo is None:
             demo = torch.ones(batch.action.shape[0], dtype=torch.bool, device=batch.action.device)

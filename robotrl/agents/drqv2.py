@@ -61,6 +61,7 @@ class DrQv2Config:
     bc_weight: float = 0.0  # behaviour cloning on offline rows (Batch.demo), as SAC's
     bc_weight_final: float | None = None
     bc_decay_updates: int = 0
+    obs_norm: bool = False  # standardise the state entries with the training batches' running statistics (as SAC's)
 
     def validate(self) -> None:
         positive = (
@@ -131,7 +132,7 @@ class DrQv2(Agent):
                 "set task.obs=pixels or task.obs=state+pixels"
             )
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
-        self.encoder = PixelEncoder(obs_spec, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride)
+        self.encoder = PixelEncoder(obs_spec, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride, cfg.obs_norm)
         image_dim, state_dim = self.encoder.out_dim, self.encoder.state_dim
         self.actor = Actor(image_dim, state_dim, cfg, action_dim)
         self.critic = Critic(image_dim, state_dim, cfg, action_dim)
@@ -189,6 +190,7 @@ class DrQv2(Agent):
         std = self._std()
         keys, pad = self.encoder.image_keys, self.cfg.shift_pad
         obs, next_obs = shift_images(batch.obs, keys, pad), shift_images(batch.next_obs, keys, pad)
+        self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
         with self._autocast():
             image, state = self._encode(obs)
             with torch.no_grad():

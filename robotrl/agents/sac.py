@@ -84,6 +84,10 @@ class SACConfig:
     # Clone a recorded action only where the critic rates it above the policy's own (the Q-filter of Nair
     # et al., 2018): demonstrations then guide the policy without holding it at the demonstrator's speed.
     bc_q_filter: bool = False
+    # Standardise state features (pixels' state entries too) with the running mean and std of every batch
+    # the learner trains on, offline rows included; kept as encoder buffers, so checkpoints and published
+    # weights carry them. Off by default: raw features are what every figure in the README was measured on.
+    obs_norm: bool = False
 
     def validate(self) -> None:
         positive = (
@@ -169,10 +173,10 @@ class SAC(Agent):
         self.pixel_keys = pixel_keys(obs_spec)
         if self.pixel_keys:
             self.encoder = ImageStateEncoder(
-                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride
+                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride, cfg.obs_norm
             )
         else:
-            self.encoder = StateEncoder(obs_spec)
+            self.encoder = StateEncoder(obs_spec, cfg.obs_norm)
         feat = self.encoder.out_dim
         if cfg.exploration == "gsde":
             self.actor = GSDEActor(feat, cfg.actor_hidden, action_dim, cfg)
@@ -250,6 +254,7 @@ class SAC(Agent):
                 obs=shift_images(batch.obs, self.pixel_keys, pad),
                 next_obs=shift_images(batch.next_obs, self.pixel_keys, pad),
             )
+        self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
         alpha = self.log_alpha.detach().exp()
         update_actor = (self.num_updates + 1) % self.cfg.actor_update_interval == 0
         with self._autocast():

@@ -9,16 +9,19 @@ import torch
 from torch import nn
 
 from robotrl.data.spec import ObsSpec, pixel_keys
+from robotrl.nn.normalizer import RunningNormalizer
 
 
 class StateEncoder(nn.Module):
     """Flattens and concatenates the state entries of an observation dict, in a fixed key order.
 
     Nothing is learned here; it exists so that agents see one interface whether the observation is a
-    single vector or a dict of proprioception, object state and goals.
+    single vector or a dict of proprioception, object state and goals. With `normalize`, the features are
+    standardised by a RunningNormalizer that the agent shows its training batches (`observe`): raw state
+    mixes metres, radians and velocities whose scales differ by orders of magnitude.
     """
 
-    def __init__(self, obs_spec: ObsSpec):
+    def __init__(self, obs_spec: ObsSpec, normalize: bool = False):
         super().__init__()
         self.keys = sorted(obs_spec)
         for key in self.keys:
@@ -28,12 +31,23 @@ class StateEncoder(nn.Module):
                     "use a pixel agent such as agent=drqv2"
                 )
         self.out_dim = sum(math.prod(obs_spec[k].shape) for k in self.keys)
+        self.normalizer = RunningNormalizer(self.out_dim) if normalize else None
 
-    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    def flat(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The raw features [B, out_dim], before any normalisation."""
         if len(self.keys) == 1:
             x = obs[self.keys[0]]
             return x.reshape(x.shape[0], -1)
         return torch.cat([obs[k].reshape(obs[k].shape[0], -1) for k in self.keys], dim=-1)
+
+    def observe(self, obs: Mapping[str, torch.Tensor]) -> None:
+        """Fold a batch of observations into the normalizer's statistics (nothing without `normalize`)."""
+        if self.normalizer is not None:
+            self.normalizer.observe(self.flat(obs))
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        x = self.flat(obs)
+        return x if self.normalizer is None else self.normalizer(x)
 
 
 def to_unit_range(pixels: torch.Tensor) -> torch.Tensor:
@@ -76,7 +90,9 @@ class PixelEncoder(nn.Module):
     features.
     """
 
-    def __init__(self, obs_spec: ObsSpec, channels: int = 32, layers: int = 4, stride: int = 1):
+    def __init__(
+        self, obs_spec: ObsSpec, channels: int = 32, layers: int = 4, stride: int = 1, normalize_state: bool = False
+    ):
         super().__init__()
         self.image_keys = pixel_keys(obs_spec)
         if not self.image_keys:
@@ -95,8 +111,13 @@ class PixelEncoder(nn.Module):
         )
         self.out_dim = sum(encoder.out_dim for encoder in self.cameras.values())
         state_spec = {k: s for k, s in obs_spec.items() if k not in self.image_keys}
-        self.state = StateEncoder(state_spec) if state_spec else None
+        self.state = StateEncoder(state_spec, normalize_state) if state_spec else None
         self.state_dim = self.state.out_dim if self.state is not None else 0
+
+    def observe(self, obs: Mapping[str, torch.Tensor]) -> None:
+        """Fold a batch into the state entries' normalizer, if they have one (images need none)."""
+        if self.state is not None:
+            self.state.observe(obs)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         features = [self.cameras[key](obs[key]) for key in self.image_keys]
@@ -123,12 +144,23 @@ class ImageStateEncoder(nn.Module):
     """Pixels and state to one feature vector: a PixelEncoder, then an ImageTrunk. For agents that share
     one encoder between actor and critic (the actor reading detached features)."""
 
-    def __init__(self, obs_spec: ObsSpec, feature_dim: int = 50, channels: int = 32, layers: int = 4, stride: int = 1):
+    def __init__(
+        self,
+        obs_spec: ObsSpec,
+        feature_dim: int = 50,
+        channels: int = 32,
+        layers: int = 4,
+        stride: int = 1,
+        normalize_state: bool = False,
+    ):
         super().__init__()
-        self.pixels = PixelEncoder(obs_spec, channels, layers, stride)
+        self.pixels = PixelEncoder(obs_spec, channels, layers, stride, normalize_state)
         self.image_keys = self.pixels.image_keys
         self.trunk = ImageTrunk(self.pixels.out_dim, feature_dim)
         self.out_dim = feature_dim + self.pixels.state_dim
+
+    def observe(self, obs: Mapping[str, torch.Tensor]) -> None:
+        self.pixels.observe(obs)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return self.trunk(self.pixels(obs), self.pixels.state_features(obs))
