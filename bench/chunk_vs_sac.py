@@ -3,8 +3,8 @@ the same settings apart from the agent.
 
     python bench/chunk_vs_sac.py [--quick] [--tasks panda_pick_cube,panda_push] [--seeds 3] [--steps N]
                                  [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
-                                 [--execution open_loop] [--entropy-per-dim -1] [--jobs 2] [--workdir DIR]
-                                 [--save]
+                                 [--execution open_loop] [--entropy-per-dim -1] [--obs-norm] [--jobs 2]
+                                 [--workdir DIR] [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
 side. Every `--eval-interval` env steps a deterministic evaluation (`--eval-episodes` episodes) measures
@@ -87,15 +87,16 @@ def agent_overrides(agent: str, task: str, args) -> list[str]:
     (a chunk critic's actor samples chunk_len actions at once), so both agents explore alike per action entry."""
     dims = action_dim(task) * (args.chunk_len if agent == "chunk" else 1)
     entropy = f"agent.target_entropy={args.entropy_per_dim * dims:g}"
+    shared = [entropy, *(["agent.obs_norm=true"] if args.obs_norm else [])]
     if agent == "chunk":
         return [
             "agent=chunk",
             f"agent.chunk_len={args.chunk_len}",
             f"agent.execution={args.execution}",
             f"agent.num_samples={args.chunk_samples}",
-            entropy,
+            *shared,
         ]
-    return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else []), entropy]
+    return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else []), *shared]
 
 
 def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tuple[dict[int, float], float, bool]:
@@ -204,6 +205,11 @@ def main() -> None:
             default=-1.0,
             help="each agent's target entropy per sampled action entry (-1: SAC's -|A|; hil_pick uses -3)",
         )
+        p.add_argument(
+            "--obs-norm",
+            action="store_true",
+            help="both agents standardise their state features with running statistics (agent.obs_norm)",
+        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
         p.add_argument(
             "--workdir",
@@ -238,6 +244,7 @@ def main() -> None:
         "execution": args.execution,
         "chunk_samples": args.chunk_samples,
         "entropy_per_dim": args.entropy_per_dim,
+        "obs_norm": args.obs_norm,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
     ratios = []
