@@ -58,6 +58,11 @@ class ChunkConfig(SACConfig):
                 f"agent=chunk backs up over agent.chunk_len={self.chunk_len} steps; agent.n_step does not apply "
                 f"(got {self.n_step}, leave it 1)"
             )
+        if self.smoothness_weight:
+            raise ValueError(
+                "agent=chunk: agent.smoothness_weight compares actions one step apart, but a chunk's next "
+                f"observation is chunk_len steps on; leave it 0 (got {self.smoothness_weight})"
+            )
         if self.exploration != "gaussian":
             raise ValueError(
                 f"agent=chunk samples whole chunks; agent.exploration must be gaussian, got {self.exploration!r}"

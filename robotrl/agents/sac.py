@@ -88,6 +88,11 @@ class SACConfig:
     # the learner trains on, offline rows included; kept as encoder buffers, so checkpoints and published
     # weights carry them. Off by default: raw features are what every figure in the README was measured on.
     obs_norm: bool = False
+    # Smooth policies (the temporal term of CAPS, Mysore et al. 2021): the actor's loss adds smoothness_weight
+    # * the mean squared change of its deterministic action from obs to next_obs (n_step steps apart), the
+    # figure runtime/smoothness.py logs as action_sq_diff. Exploration noise smooths only the noise; where the
+    # learned policy itself switches every step (HalfCheetah's bang-bang gaits), this term is what smooths it.
+    smoothness_weight: float = 0.0
 
     def validate(self) -> None:
         positive = (
@@ -107,6 +112,7 @@ class SACConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
         check_finite(self, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"), 0.0)
+        check_finite(self, ("smoothness_weight",), 0.0, inclusive=True)
         check_finite(self, ("target_entropy", "log_std_min", "log_std_max"), -math.inf)
         check_layer_widths(self, ("actor_hidden", "critic_hidden"))
         if not 0 < self.tau <= 1:
@@ -259,19 +265,20 @@ class SAC(Agent):
         update_actor = (self.num_updates + 1) % self.cfg.actor_update_interval == 0
         with self._autocast():
             features = self.encoder(batch.obs)
-            critic_loss, q_mean = self._critic_loss(features, batch, alpha)
+            with torch.no_grad():  # the TD target's, and the smoothness term's
+                next_features = self.encoder(batch.next_obs)
+            critic_loss, q_mean = self._critic_loss(features, batch, alpha, next_features)
             loss = critic_loss
             metrics = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
             if update_actor:  # an encoder with weights (pixels) learns only through the critic
-                actor_loss, log_prob, bc_loss = self._actor_loss(features.detach(), alpha, batch)
+                actor_loss, log_prob, extra = self._actor_loss(features.detach(), alpha, batch, next_features)
                 loss = loss + actor_loss
                 self._last_actor_metrics = {
                     "actor_loss": actor_loss.detach(),
                     "entropy": -log_prob.mean(),
                     "alpha": alpha,
+                    **extra,
                 }
-                if bc_loss is not None:
-                    self._last_actor_metrics["bc_loss"] = bc_loss.detach()
                 if self.cfg.learn_alpha:
                     alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
                     loss = loss + alpha_loss
@@ -293,10 +300,12 @@ class SAC(Agent):
         return rows
 
     @torch.no_grad()
-    def td_target(self, batch: Batch, alpha: torch.Tensor) -> torch.Tensor:
+    def td_target(self, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor | None = None) -> torch.Tensor:
         """[B, 1]: the (n-step) reward plus the discounted soft value of the next observation, under the
-        target critics' minimum and an action from the actor."""
-        next_features = self.encoder(batch.next_obs)
+        target critics' minimum and an action from the actor (`next_features`: the encoded next_obs, if the
+        caller has them)."""
+        if next_features is None:
+            next_features = self.encoder(batch.next_obs)
         next_action, next_log_prob = self.target_action(next_features)
         next_q = self._q(self.target_critic, next_features, next_action).min(dim=0).values
         return batch.reward + batch.discount * (next_q - alpha * next_log_prob)
@@ -305,20 +314,26 @@ class SAC(Agent):
         """The action the TD target evaluates after the batch, and its log-density: a sample of the actor."""
         return self.actor(next_features).rsample_with_log_prob()
 
-    def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor):
-        target = self.td_target(batch, alpha)
+    def _critic_loss(
+        self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor | None = None
+    ):
+        target = self.td_target(batch, alpha, next_features)
         q = self._q(self.critic, features, self.batch_action(batch))
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
         return critic_loss, q.detach().mean()
 
-    def _actor_loss(self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch):
+    def _actor_loss(
+        self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch, next_features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The actor's loss, its log-probabilities (detached) and the optional terms' values for logging
+        (`bc_loss`, `smoothness_loss`)."""
         policy = self.actor(features)
         action, log_prob = policy.rsample_with_log_prob()
         # The critic is a fixed function here: through detached weights only the path to the action is
         # differentiated, and no critic weight gradients are computed.
         q = self.critic(torch.cat([features, action], dim=-1), frozen=True).min(dim=0).values
         actor_loss = (alpha * log_prob - q).mean()
-        bc_loss = None
+        extra: dict[str, torch.Tensor] = {}
         cfg = self.cfg
         bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
         if bc_weight > 0 and batch.demo is not None:
@@ -327,7 +342,14 @@ class SAC(Agent):
                 demo = demo & self._prefers_recorded(features, recorded, policy.mode.detach())
             bc_loss = behaviour_cloning_loss(policy.mode, recorded, self.recorded_entries(batch, demo))
             actor_loss = actor_loss + bc_weight * bc_loss
-        return actor_loss, log_prob.detach(), bc_loss
+            extra["bc_loss"] = bc_loss.detach()
+        if cfg.smoothness_weight > 0:
+            if next_features is None:
+                next_features = self.encoder(batch.next_obs).detach()
+            smoothness_loss = (policy.mode - self.actor(next_features).mode).pow(2).mean()
+            actor_loss = actor_loss + cfg.smoothness_weight * smoothness_loss
+            extra["smoothness_loss"] = smoothness_loss.detach()
+        return actor_loss, log_prob.detach(), extra
 
     @torch.no_grad()
     def _prefers_recorded(self, features: torch.Tensor, recorded: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
