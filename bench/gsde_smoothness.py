@@ -16,6 +16,8 @@ Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, and p
 judged on success, or on return where the Gaussian run has no success at all (short runs).
 Top level: smoothness_ratio is the largest over envs, perf_ratio the smallest.
 Goal: smoothness_ratio <= 0.33 with perf_ratio >= 0.95.
+`--smoothness-weight W` gives both arms agent.smoothness_weight=W (the actor's temporal smoothness term,
+CAPS): exploration noise cannot smooth a policy whose own actions switch every step, as HalfCheetah's do.
 Full run: panda_reach 20k env steps, HalfCheetah-v5 100k, 2 seeds (about an hour on 2 cores with --jobs 2).
 --quick: 1.6k steps on each env, 1 seed, small networks: the same keys within about a minute.
 """
@@ -36,7 +38,9 @@ EXPLORATIONS = ("gaussian", "gsde")
 SMOOTHNESS_KEYS = ("action_sq_diff", "action_high_freq_share")
 
 
-def train_once(env: str, exploration: str, steps: int, seed: int, sample_freq: int, quick: bool) -> dict:
+def train_once(
+    env: str, exploration: str, steps: int, seed: int, sample_freq: int, smoothness_weight: float, quick: bool
+) -> dict:
     """One SAC run on one thread (its own process under --jobs); its training-time action smoothness and
     final evaluation."""
     from robotrl.runtime.metrics import read_metrics
@@ -51,6 +55,7 @@ def train_once(env: str, exploration: str, steps: int, seed: int, sample_freq: i
         *task,
         f"agent.exploration={exploration}",
         f"agent.sde_sample_freq={sample_freq}",
+        f"agent.smoothness_weight={smoothness_weight}",
         *(["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"] if quick else []),
         f"seed={seed}",
         f"total_steps={steps}",
@@ -109,6 +114,12 @@ def main() -> None:
         p.add_argument("--envs", default="panda_reach,HalfCheetah-v5")
         p.add_argument("--steps", default="panda_reach=20000,HalfCheetah-v5=100000", help="env=steps,...")
         p.add_argument("--sde-sample-freq", type=int, default=8)
+        p.add_argument(
+            "--smoothness-weight",
+            type=float,
+            default=0.0,
+            help="both arms' agent.smoothness_weight (the actor's temporal smoothness term; 0: none)",
+        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
 
     args = parse_args(__doc__, extra)
@@ -122,11 +133,18 @@ def main() -> None:
         raise SystemExit(f"--steps names no step count for {', '.join(missing)}")
     if args.jobs < 1:
         raise SystemExit(f"--jobs must be >= 1, got {args.jobs}")
-    figures: dict = {"seeds": seeds, "sde_sample_freq": args.sde_sample_freq, "jobs": args.jobs}
+    figures: dict = {
+        "seeds": seeds,
+        "sde_sample_freq": args.sde_sample_freq,
+        "smoothness_weight": args.smoothness_weight,
+        "jobs": args.jobs,
+    }
     # spawn: each run starts a fresh interpreter (no torch thread pool or MuJoCo context inherited by fork)
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         runs = {
-            (env, e, s): pool.submit(train_once, env, e, steps[env], s, args.sde_sample_freq, args.quick)
+            (env, e, s): pool.submit(
+                train_once, env, e, steps[env], s, args.sde_sample_freq, args.smoothness_weight, args.quick
+            )
             for env in envs
             for e in EXPLORATIONS
             for s in range(1, seeds + 1)
