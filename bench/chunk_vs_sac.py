@@ -47,6 +47,9 @@ behaviour cloning on them reaches about 0.1 success, on 50 about 0.45, on 200 ab
 `--demos 50` (chunk_len 5, -3, `--steps 40000 --sac-steps 60000`) both agents learn push: the chunk critic's
 mean curve first reaches 80% at 27k (final 0.4/0.7/0.8), SAC's at 28k (0.8 or more steadily only from 54k;
 final 0.8/1.0/0.8): push's steps_ratio **0.96**, so on push the chunk critic is no faster than 3-step SAC.
+`--obs-norm` (both agents standardise their state features, agent.obs_norm) on push with 50 demos, stopped
+early: SAC 3-step's seeds 1-2 ended at 0.4/0.4 (45k), the chunk critic's seed 1 moved between 0.2 and 0.7
+over 6-21k (the mean without it 0.3-0.7); no better than without it, so no line was saved.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
