@@ -90,8 +90,9 @@ class SACConfig:
     obs_norm: bool = False
     # Smooth policies (the temporal term of CAPS, Mysore et al. 2021): the actor's loss adds smoothness_weight
     # * the mean squared change of its deterministic action from obs to next_obs (n_step steps apart), the
-    # figure runtime/smoothness.py logs as action_sq_diff. Exploration noise smooths only the noise; where the
-    # learned policy itself switches every step (HalfCheetah's bang-bang gaits), this term is what smooths it.
+    # figure runtime/smoothness.py logs as action_sq_diff. Exploration noise smooths only the noise; this term
+    # smooths the policy itself, at a price in return where the task rewards fast switching (HalfCheetah's
+    # gaits: docs/architecture.md gives the figures).
     smoothness_weight: float = 0.0
 
     def validate(self) -> None:
