@@ -76,6 +76,10 @@ def test_bad_normalizer_settings_are_named():
         RunningNormalizer(0)
     with pytest.raises(ValueError, match="clip must be > 0, got 0"):
         RunningNormalizer(3, clip=0.0)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        RunningNormalizer(3, eps=0.0)
+    with pytest.raises(ValueError, match=r"takes \[N, 3\] features, got \[4, 2\]"):
+        RunningNormalizer(3).observe(torch.zeros(4, 2))
 
 
 def test_without_obs_norm_an_encoder_has_no_statistics_so_earlier_checkpoints_still_load():

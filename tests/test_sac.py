@@ -99,7 +99,7 @@ def test_actor_loss_produces_no_critic_weight_gradients():
     agent = SAC(SACConfig(), SPEC, 2)
     batch = _batch()
     features = agent.encoder(batch.obs)
-    actor_loss, _, _ = agent._actor_loss(features, agent.log_alpha.detach().exp(), batch)
+    actor_loss, _, _ = agent._actor_loss(features, agent.log_alpha.detach().exp(), batch, agent.encoder(batch.next_obs))
     actor_loss.backward()
     assert all(p.grad is None for p in agent.critic.parameters())
     assert all(p.grad is not None for p in agent.actor.parameters())
@@ -108,7 +108,9 @@ def test_actor_loss_produces_no_critic_weight_gradients():
 def test_critic_loss_produces_no_actor_gradients():
     agent = SAC(SACConfig(), SPEC, 2)
     batch = _batch()
-    critic_loss, _ = agent._critic_loss(agent.encoder(batch.obs), batch, agent.log_alpha.detach().exp())
+    critic_loss, _ = agent._critic_loss(
+        agent.encoder(batch.obs), batch, agent.log_alpha.detach().exp(), agent.encoder(batch.next_obs)
+    )
     critic_loss.backward()
     assert all(p.grad is None for p in agent.actor.parameters())
     assert all(p.grad is not None for p in agent.critic.parameters())
@@ -175,7 +177,7 @@ def test_sac_from_pixels_learns_its_encoder_only_through_the_critic():
     assert agent.act(obs).shape == (16, 3)
     batch = Batch(obs, torch.rand(16, 3) * 2 - 1, torch.randn(16, 1), torch.full((16, 1), 0.99), obs)
     features = agent.encoder(obs)
-    actor_loss, _, _ = agent._actor_loss(features.detach(), torch.tensor(0.1), batch)
+    actor_loss, _, _ = agent._actor_loss(features.detach(), torch.tensor(0.1), batch, agent.encoder(batch.next_obs))
     actor_loss.backward()
     assert all(p.grad is None for p in agent.encoder.parameters())  # the actor's loss never reaches it
     agent.optimizer.zero_grad(set_to_none=True)

@@ -315,16 +315,14 @@ class SAC(Agent):
         """The action the TD target evaluates after the batch, and its log-density: a sample of the actor."""
         return self.actor(next_features).rsample_with_log_prob()
 
-    def _critic_loss(
-        self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor | None = None
-    ):
+    def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor):
         target = self.td_target(batch, alpha, next_features)
         q = self._q(self.critic, features, self.batch_action(batch))
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
         return critic_loss, q.detach().mean()
 
     def _actor_loss(
-        self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch, next_features: torch.Tensor | None = None
+        self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch, next_features: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """The actor's loss, its log-probabilities (detached) and the optional terms' values for logging
         (`bc_loss`, `smoothness_loss`)."""
@@ -345,8 +343,6 @@ class SAC(Agent):
             actor_loss = actor_loss + bc_weight * bc_loss
             extra["bc_loss"] = bc_loss.detach()
         if cfg.smoothness_weight > 0:
-            if next_features is None:
-                next_features = self.encoder(batch.next_obs).detach()
             smoothness_loss = (policy.mode - self.actor(next_features).mode).pow(2).mean()
             actor_loss = actor_loss + cfg.smoothness_weight * smoothness_loss
             extra["smoothness_loss"] = smoothness_loss.detach()

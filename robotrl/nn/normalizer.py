@@ -23,6 +23,8 @@ class RunningNormalizer(nn.Module):
             raise ValueError(f"a normalizer needs at least one feature, got dim={dim}")
         if not clip > 0:
             raise ValueError(f"the normalizer's clip must be > 0, got {clip}")
+        if not eps > 0:
+            raise ValueError(f"the normalizer's eps must be > 0 (it keeps a constant feature finite), got {eps}")
         self.clip, self.eps = float(clip), float(eps)
         self.register_buffer("count", torch.zeros(()))
         self.register_buffer("mean", torch.zeros(dim))
@@ -31,6 +33,8 @@ class RunningNormalizer(nn.Module):
     @torch.no_grad()
     def observe(self, x: torch.Tensor) -> None:
         """Fold the finite rows of `x` [N, dim] into the statistics."""
+        if x.dim() != 2 or x.shape[1] != self.mean.shape[0]:
+            raise ValueError(f"the normalizer takes [N, {self.mean.shape[0]}] features, got {list(x.shape)}")
         x = x.float()
         finite = torch.isfinite(x).all(dim=-1, keepdim=True)  # [N, 1]
         x = torch.where(finite, x, torch.zeros((), device=x.device))
