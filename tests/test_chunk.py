@@ -293,6 +293,44 @@ def test_open_loop_replans_every_h_steps_and_at_each_env_episode_start():
         ex.advance(torch.tensor([False]))
 
 
+def test_receding_horizon_replans_every_step_and_acts_with_the_first_entry():
+    h = 3
+    ex = ChunkExecution(2, h, 1, "receding", 0.0, torch.device("cpu"))
+    calls = []
+
+    def plan():
+        calls.append(1)
+        base = 10.0 * (len(calls) - 1)
+        return (base + torch.arange(h, dtype=torch.float32)).expand(2, h).unsqueeze(-1)  # entry k: base + k
+
+    seen = []
+    for t in range(4):
+        seen.append(ex.act(plan)[:, 0].tolist())
+        ex.advance(torch.tensor([False, t == 1]))
+    assert seen == [[0, 0], [10, 10], [20, 20], [30, 30]] and len(calls) == 4  # never entry 1 or 2
+    with pytest.raises(ValueError, match=r"plans of shape \[1, 3, 1\]"):
+        ex.act(lambda: torch.zeros(1, h, 1))
+
+
+def test_evaluation_may_execute_chunks_otherwise_than_exploration():
+    cfg = ChunkConfig(
+        chunk_len=4, execution="open_loop", eval_execution="receding", actor_hidden=[16], critic_hidden=[16]
+    )
+    agent = ChunkCritic(cfg, SPEC, 2)
+    obs = {"state": torch.randn(3, 2)}
+    agent.act(obs)
+    agent.act(obs, deterministic=True)
+    assert agent.exploring.mode == "open_loop" and agent.evaluating.mode == "receding"
+    for _ in range(3):  # the deterministic policy replans each step: its action is the mode's first entry
+        agent.advance_evaluation(torch.zeros(3, dtype=torch.bool))
+        obs = {"state": torch.randn(3, 2)}
+        det = agent.act(obs, deterministic=True)
+        assert torch.equal(det, agent.chunks(obs, deterministic=True)[:, 0])
+    unset = ChunkCritic(ChunkConfig(execution="ensemble", actor_hidden=[16], critic_hidden=[16]), SPEC, 2)
+    unset.reset_evaluation(1)
+    assert unset.evaluating.mode == "ensemble"  # null: as exploration
+
+
 def test_agent_keeps_exploring_and_evaluating_chunks_apart():
     agent = ChunkCritic(ChunkConfig(chunk_len=4, actor_hidden=[16], critic_hidden=[16]), SPEC, 2)
     agent.reset_exploration(3)
@@ -318,8 +356,10 @@ def test_agent_keeps_exploring_and_evaluating_chunks_apart():
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match=r"agent\.chunk_len must be an integer >= 1, got 0"):
         ChunkCritic(ChunkConfig(chunk_len=0), SPEC, 1)
-    with pytest.raises(ValueError, match=r"agent\.execution.*open_loop, ensemble.*'closed'"):
+    with pytest.raises(ValueError, match=r"agent\.execution.*open_loop, ensemble, receding.*'closed'"):
         ChunkConfig(execution="closed").validate()
+    with pytest.raises(ValueError, match=r"agent\.eval_execution.*'mpc'"):
+        ChunkConfig(eval_execution="mpc").validate()
     with pytest.raises(ValueError, match=r"agent\.ensemble_decay"):
         ChunkConfig(ensemble_decay=float("nan")).validate()
     with pytest.raises(ValueError, match=r"agent\.tau"):

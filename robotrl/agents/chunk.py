@@ -40,7 +40,11 @@ class ChunkConfig(SACConfig):
     chunk_len: int = 4  # h: actions per chunk, and steps per critic backup
     # open_loop: commit to each chunk for h steps (what the critic scores; exploration coherent over h
     # steps); ensemble: replan every step and average the overlapping chunks (smoother, more reactive).
+    # receding: replan every step and take the new chunk's first action (MPC-style).
     execution: str = "open_loop"
+    # How the deterministic policy (evaluation, deployment) executes its chunks; null: as `execution`.
+    # Exploring open-loop keeps the data what the critic scores, while acting need not commit to a plan.
+    eval_execution: str | None = None
     ensemble_decay: float = 0.01  # ensemble: weight exp(-decay * age) of a chunk planned `age` steps ago
     # Best-of-N (Q-chunking's QC, with the actor as the proposal): exploring and the TD target draw this
     # many chunks from the actor and take the one the critics' minimum (the target critics' in the target)
@@ -67,8 +71,10 @@ class ChunkConfig(SACConfig):
             raise ValueError(
                 f"agent=chunk samples whole chunks; agent.exploration must be gaussian, got {self.exploration!r}"
             )
-        if self.execution not in EXECUTIONS:
-            raise ValueError(f"agent.execution must be one of {', '.join(EXECUTIONS)}, got {self.execution!r}")
+        for name in ("execution", "eval_execution"):
+            value = getattr(self, name)
+            if value not in EXECUTIONS and not (name == "eval_execution" and value is None):
+                raise ValueError(f"agent.{name} must be one of {', '.join(EXECUTIONS)}, got {value!r}")
         if not abs(self.ensemble_decay) < float("inf"):
             raise ValueError(f"agent.ensemble_decay must be finite, got {self.ensemble_decay}")
 
@@ -94,19 +100,19 @@ class ChunkCritic(SAC):
 
     # ---- acting -------------------------------------------------------------------------------------
 
-    def _execution(self, num_envs: int) -> ChunkExecution:
+    def _execution(self, num_envs: int, mode: str) -> ChunkExecution:
         cfg = self.cfg
-        return ChunkExecution(num_envs, cfg.chunk_len, self.action_dim, cfg.execution, cfg.ensemble_decay, self.device)
+        return ChunkExecution(num_envs, cfg.chunk_len, self.action_dim, mode, cfg.ensemble_decay, self.device)
 
     def reset_exploration(self, num_envs: int) -> None:
-        self.exploring = self._execution(num_envs)
+        self.exploring = self._execution(num_envs, self.cfg.execution)
 
     def advance_exploration(self, episode_start: torch.Tensor) -> None:
         if self.exploring is not None:
             self.exploring.advance(episode_start)
 
     def reset_evaluation(self, num_envs: int) -> None:
-        self.evaluating = self._execution(num_envs)
+        self.evaluating = self._execution(num_envs, self.cfg.eval_execution or self.cfg.execution)
 
     def advance_evaluation(self, episode_start: torch.Tensor) -> None:
         if self.evaluating is not None:

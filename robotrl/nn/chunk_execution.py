@@ -1,6 +1,6 @@
 """Executing action chunks one env step at a time, per parallel env, on the actor's clock.
 
-A chunk policy plans `h` actions at once. Two ways to turn plans into one action per step:
+A chunk policy plans `h` actions at once. Three ways to turn plans into one action per step:
 
 - `open_loop`: commit to a chunk for its `h` steps, then plan the next one (Q-chunking, CQN-AS). The
   executed actions are exactly the chunks the policy emitted, which is what a chunk critic scores.
@@ -8,10 +8,12 @@ A chunk policy plans `h` actions at once. Two ways to turn plans into one action
   steps, of each one's entry for the current step (temporal ensembling, ACT). Weights are
   `exp(-decay * age)`, age 0 the chunk planned this step: decay > 0 favours recent plans, decay < 0
   older ones (ACT writes w_i = exp(-m * i) with i = 0 the oldest chunk, i.e. decay = -m).
+- `receding`: plan every step and act with the new chunk's first action (receding horizon, as MPC):
+  the most reactive, at a plan per step; the rest of each chunk only informs the critic's choice.
 
 The clock is `advance(episode_start)`, called once per env step after the env stepped; an env whose
 next action starts an episode forgets its chunks. `act` may be called again within a step: open-loop
-returns the same action, ensembling replaces this step's plan.
+returns the same action, ensembling and receding replace this step's plan.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-EXECUTIONS = ("open_loop", "ensemble")
+EXECUTIONS = ("open_loop", "ensemble", "receding")
 
 
 def ensemble_weights(valid: torch.Tensor, decay: float) -> torch.Tensor:
@@ -61,6 +63,8 @@ class ChunkExecution:
                 self.chunk = torch.where(due[:, None, None], chunks, self.chunk)
                 self.steps_taken = torch.where(due, 0, self.steps_taken)
             return self.chunk[self._envs, self.steps_taken]
+        if self.mode == "receding":
+            return self._checked(plan())[:, 0]
         self.plans[:, 0] = self._checked(plan())
         self.live[:, 0] = True
         current = self.plans.diagonal(dim1=1, dim2=2)  # [E, A, h]: plan k's entry k is for this step
