@@ -13,6 +13,7 @@ from robotrl.data import Batch, ReplayBuffer, TensorSpec
 from robotrl.data.replay import SequenceBatch
 from robotrl.nn import TanhNormal
 from robotrl.nn.chunk_execution import ChunkExecution, ensemble_weights
+from robotrl.nn.distributions import TimeCorrelatedTanhNormal
 
 SPEC = {"state": TensorSpec((2,))}
 
@@ -219,6 +220,81 @@ def test_best_of_n_takes_the_chunk_the_critics_rate_highest_in_acting_and_in_the
     torch.testing.assert_close(mode, dist.mode[:4])
     with pytest.raises(ValueError, match=r"agent\.num_samples must be an integer >= 1, got 0"):
         ChunkConfig(num_samples=0).validate()
+
+
+# ---- exploration noise correlated over a chunk ----------------------------------------------------------
+
+
+def _ar1_covariance(std: torch.Tensor, steps: int, rho: float) -> torch.Tensor:
+    """[B, h*A, h*A] covariance of the pre-tanh chunk: std_i std_j rho^|k - l| within an action entry."""
+    action_dim = std.shape[-1] // steps
+    k = torch.arange(steps)
+    time = rho ** (k[:, None] - k[None, :]).abs().double()
+    corr = torch.kron(time, torch.eye(action_dim, dtype=torch.float64))  # step-major, as a flattened chunk
+    return std.double()[:, :, None] * corr * std.double()[:, None, :]
+
+
+def test_time_correlated_log_prob_is_the_exact_density_of_the_squashed_ar1_gaussian():
+    steps, action_dim, rho = 4, 3, 0.7
+    mean, log_std = torch.randn(32, steps * action_dim), torch.randn(32, steps * action_dim) * 0.3 - 0.5
+    dist = TimeCorrelatedTanhNormal(mean, log_std, steps, rho)
+    action, log_prob = dist.rsample_with_log_prob()
+    gaussian = torch.distributions.MultivariateNormal(mean.double(), _ar1_covariance(dist.std, steps, rho))
+    pre_tanh = torch.atanh(action.double().clamp(-1 + 1e-12, 1 - 1e-12))
+    squash = torch.log1p(-action.double().pow(2)).sum(-1)
+    expected = gaussian.log_prob(pre_tanh) - squash
+    torch.testing.assert_close(log_prob.squeeze(-1).double(), expected, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        dist.log_prob_pre_tanh(pre_tanh.float()).squeeze(-1).double(), expected, rtol=1e-3, atol=1e-3
+    )
+    independent = TimeCorrelatedTanhNormal(mean, log_std, steps, 0.0)
+    torch.testing.assert_close(
+        independent.log_prob_pre_tanh(pre_tanh.float()), TanhNormal(mean, log_std).log_prob_pre_tanh(pre_tanh.float())
+    )
+    # the offset is the Gaussian entropy the correlation removes
+    gap = gaussian.entropy() - torch.distributions.Normal(mean.double(), dist.std.double()).entropy().sum(-1)
+    offset = TimeCorrelatedTanhNormal.entropy_offset(steps, action_dim, rho)
+    torch.testing.assert_close(gap, torch.full_like(gap, offset))
+
+
+def test_time_correlated_noise_keeps_each_entry_std_and_correlates_consecutive_steps():
+    steps, action_dim, rho = 5, 2, 0.8
+    n = 200_000
+    dist = TimeCorrelatedTanhNormal(
+        torch.zeros(n, steps * action_dim), torch.full((n, steps * action_dim), -3.0), steps, rho
+    )
+    noise = torch.atanh(dist.rsample_with_log_prob()[0]).unflatten(-1, (steps, action_dim)) / math.exp(-3.0)
+    assert noise.std(0).sub(1).abs().max() < 0.02  # every entry's marginal std is the distribution's std
+    lag1 = (noise[:, 1:] * noise[:, :-1]).mean(0)
+    lag2 = (noise[:, 2:] * noise[:, :-2]).mean(0)
+    assert lag1.sub(rho).abs().max() < 0.02 and lag2.sub(rho**2).abs().max() < 0.02
+    across = (noise[..., 0] * noise[..., 1]).mean(0)
+    assert across.abs().max() < 0.02  # action entries stay independent
+    many = dist.expand(3)
+    assert isinstance(many, TimeCorrelatedTanhNormal) and many.mean.shape == (3, n, steps * action_dim)
+    with pytest.raises(ValueError, match=r"in \[0, 1\), got 1.0"):
+        TimeCorrelatedTanhNormal(torch.zeros(1, 4), torch.zeros(1, 4), 2, 1.0)
+    with pytest.raises(ValueError, match="3 steps does not divide 4"):
+        TimeCorrelatedTanhNormal(torch.zeros(1, 4), torch.zeros(1, 4), 3, 0.5)
+
+
+def test_chunk_critic_explores_with_correlated_noise_and_keeps_the_per_entry_target():
+    cfg = ChunkConfig(chunk_len=4, noise_correlation=0.9, target_entropy=-24.0, actor_hidden=[16], critic_hidden=[16])
+    agent = ChunkCritic(cfg, SPEC, 3)
+    assert isinstance(agent.actor(torch.randn(2, 2)), TimeCorrelatedTanhNormal)
+    assert agent.target_entropy == pytest.approx(-24.0 + 0.5 * 3 * 3 * math.log(1 - 0.81))
+    n, obs = 16, {"state": torch.randn(16, 2)}
+    actions, valid = torch.rand(n, 4, 3) * 2 - 1, torch.ones(n, 4, dtype=torch.bool)
+    reward = torch.randn(n, 1)
+    metrics = agent.update(
+        SequenceBatch(obs, actions[:, 0], reward, torch.ones(n, 1), obs, actions, reward.expand(n, 4), valid)
+    )
+    assert all(torch.isfinite(v).all() for v in metrics.values())
+    plain = ChunkCritic(ChunkConfig(chunk_len=4, target_entropy=-24.0), SPEC, 3)
+    assert type(plain.actor(torch.randn(2, 2))) is TanhNormal and plain.target_entropy == -24.0
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"agent\.noise_correlation must be in \[0, 1\)"):
+            ChunkConfig(noise_correlation=bad).validate()
 
 
 # ---- chunk execution ----------------------------------------------------------------------------------

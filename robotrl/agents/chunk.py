@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
-from robotrl.agents.sac import SAC, SACConfig
+from robotrl.agents.sac import SAC, SACConfig, TanhGaussianActor
 from robotrl.data.replay import Batch, SequenceBatch
 from robotrl.data.spec import ObsSpec, check_obs
 from robotrl.nn import TanhNormal
 from robotrl.nn.chunk_execution import EXECUTIONS, ChunkExecution
+from robotrl.nn.distributions import TimeCorrelatedTanhNormal
 
 
 @dataclass
@@ -50,6 +51,11 @@ class ChunkConfig(SACConfig):
     # many chunks from the actor and take the one the critics' minimum (the target critics' in the target)
     # rates highest. 1: a single sample, as SAC. Evaluation keeps the actor's mode.
     num_samples: int = 1
+    # Exploration noise correlated over a chunk's steps: per action entry an AR(1) process with this
+    # correlation between consecutive steps (0: independent, as SAC). Independent noise averages out over a
+    # chunk (its displacement grows as sqrt(h)); correlated noise moves the chunk coherently. Each entry keeps
+    # its std: the target entropy is lowered by what the correlation removes (TimeCorrelatedTanhNormal).
+    noise_correlation: float = 0.0
 
     def validate(self) -> None:
         for name in ("chunk_len", "num_samples"):
@@ -75,8 +81,22 @@ class ChunkConfig(SACConfig):
             value = getattr(self, name)
             if value not in EXECUTIONS and not (name == "eval_execution" and value is None):
                 raise ValueError(f"agent.{name} must be one of {', '.join(EXECUTIONS)}, got {value!r}")
+        if not 0.0 <= self.noise_correlation < 1.0:
+            raise ValueError(f"agent.noise_correlation must be in [0, 1), got {self.noise_correlation}")
         if not abs(self.ensemble_decay) < float("inf"):
             raise ValueError(f"agent.ensemble_decay must be finite, got {self.ensemble_decay}")
+
+
+class ChunkActor(TanhGaussianActor):
+    """SAC's tanh-Gaussian actor over a flattened chunk, its noise correlated over the chunk's steps."""
+
+    def __init__(self, features: int, hidden: list[int], chunk_dim: int, cfg: ChunkConfig):
+        super().__init__(features, hidden, chunk_dim, cfg.log_std_min, cfg.log_std_max)
+        self.steps, self.rho = cfg.chunk_len, cfg.noise_correlation
+
+    def forward(self, features: torch.Tensor) -> TimeCorrelatedTanhNormal:
+        independent = super().forward(features)
+        return TimeCorrelatedTanhNormal(independent.mean, independent.log_std, self.steps, self.rho)
 
 
 class ChunkCritic(SAC):
@@ -87,6 +107,7 @@ class ChunkCritic(SAC):
         super().__init__(cfg, obs_spec, cfg.chunk_len * action_dim, device)  # validates; networks see chunks
         self.action_dim = action_dim  # what the env takes per step
         self.chunk_len = cfg.chunk_len
+        self.target_entropy += TimeCorrelatedTanhNormal.entropy_offset(cfg.chunk_len, action_dim, cfg.noise_correlation)
         # Actor-side state, not module state (never checkpointed: a resumed run's envs restart from a reset).
         self.exploring: ChunkExecution | None = None
         self.evaluating: ChunkExecution | None = None
@@ -94,6 +115,12 @@ class ChunkCritic(SAC):
     @property
     def replay_n_step(self) -> int:
         return self.chunk_len
+
+    def _make_actor(self, features: int, chunk_dim: int) -> torch.nn.Module:
+        cfg = self.cfg
+        if cfg.noise_correlation == 0:
+            return super()._make_actor(features, chunk_dim)
+        return ChunkActor(features, cfg.actor_hidden, chunk_dim, cfg)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"chunk": self.optimizer}
@@ -137,8 +164,7 @@ class ChunkCritic(SAC):
         if n == 1:
             return dist.rsample_with_log_prob()
         rows = features.shape[0]
-        many = TanhNormal(dist.mean.expand(n, *dist.mean.shape), dist.log_std.expand(n, *dist.log_std.shape))
-        chunks, log_probs = many.rsample_with_log_prob()  # [n, B, D], [n, B, 1]
+        chunks, log_probs = dist.expand(n).rsample_with_log_prob()  # [n, B, D], [n, B, 1]
         q = self._q(critic, features.expand(n, *features.shape).reshape(n * rows, -1), chunks.flatten(0, 1))
         best = q.min(dim=0).values.view(n, rows).argmax(dim=0)
         row = torch.arange(rows, device=features.device)

@@ -185,10 +185,7 @@ class SAC(Agent):
         else:
             self.encoder = StateEncoder(obs_spec, cfg.obs_norm)
         feat = self.encoder.out_dim
-        if cfg.exploration == "gsde":
-            self.actor = GSDEActor(feat, cfg.actor_hidden, action_dim, cfg)
-        else:
-            self.actor = TanhGaussianActor(feat, cfg.actor_hidden, action_dim, cfg.log_std_min, cfg.log_std_max)
+        self.actor = self._make_actor(feat, action_dim)
         # gSDE's per-env noise matrices on the actor's clock; not module state (never checkpointed: a
         # resumed run draws fresh ones, as its envs restart from a reset).
         self.exploration: GSDENoise | None = None
@@ -213,6 +210,12 @@ class SAC(Agent):
         self.num_updates = 0
         self._autocast = mixed_precision(cfg.precision, dev)
         self._last_actor_metrics: dict[str, torch.Tensor] = {}
+
+    def _make_actor(self, features: int, action_dim: int) -> nn.Module:
+        cfg = self.cfg
+        if cfg.exploration == "gsde":
+            return GSDEActor(features, cfg.actor_hidden, action_dim, cfg)
+        return TanhGaussianActor(features, cfg.actor_hidden, action_dim, cfg.log_std_min, cfg.log_std_max)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"sac": self.optimizer}
