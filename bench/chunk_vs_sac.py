@@ -3,7 +3,8 @@ the same settings apart from the agent.
 
     python bench/chunk_vs_sac.py [--quick] [--tasks panda_pick_cube,panda_push] [--seeds 3] [--steps N]
                                  [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
-                                 [--execution open_loop] [--entropy-per-dim -1] [--obs-norm] [--jobs 2]
+                                 [--execution open_loop] [--noise-correlation 0] [--entropy-per-dim -1]
+                                 [--obs-norm] [--jobs 2]
                                  [--workdir DIR] [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
@@ -97,6 +98,7 @@ def agent_overrides(agent: str, task: str, args) -> list[str]:
             f"agent.chunk_len={args.chunk_len}",
             f"agent.execution={args.execution}",
             f"agent.num_samples={args.chunk_samples}",
+            *([f"agent.noise_correlation={args.noise_correlation}"] if args.noise_correlation else []),
             *shared,
         ]
     return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else []), *shared]
@@ -203,6 +205,12 @@ def main() -> None:
         p.add_argument("--execution", default="open_loop")
         p.add_argument("--chunk-samples", type=int, default=1, help="the chunk critic's best-of-N (agent.num_samples)")
         p.add_argument(
+            "--noise-correlation",
+            type=float,
+            default=0.0,
+            help="the chunk critic's exploration noise correlation between a chunk's steps (agent.noise_correlation)",
+        )
+        p.add_argument(
             "--entropy-per-dim",
             type=float,
             default=-1.0,
@@ -246,6 +254,7 @@ def main() -> None:
         "chunk_len": args.chunk_len,
         "execution": args.execution,
         "chunk_samples": args.chunk_samples,
+        "noise_correlation": args.noise_correlation,
         "entropy_per_dim": args.entropy_per_dim,
         "obs_norm": args.obs_norm,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
