@@ -40,8 +40,9 @@ class ChunkConfig(SACConfig):
     name: str = "chunk"
     chunk_len: int = 4  # h: actions per chunk, and steps per critic backup
     # open_loop: commit to each chunk for h steps (what the critic scores; the plan is coherent over h
-    # steps, its noise only with noise_correlation); ensemble: replan every step and average the overlapping chunks (smoother, more reactive).
-    # receding: replan every step and take the new chunk's first action (MPC-style).
+    # steps, its noise only with noise_correlation); ensemble: replan every step and average the
+    # overlapping chunks (smoother, more reactive); receding: replan every step and take the new chunk's
+    # first action (MPC-style).
     execution: str = "open_loop"
     # How the deterministic policy (evaluation, deployment) executes its chunks; null: as `execution`.
     # Exploring open-loop keeps the data what the critic scores, while acting need not commit to a plan.
