@@ -347,15 +347,22 @@ def test_temporal_ensembling_averages_overlapping_constant_chunks():
     assert ex.act(plan).item() == 5.0  # only the new episode's plan
 
 
-def test_open_loop_replans_every_h_steps_and_at_each_env_episode_start():
-    h = 3
-    ex = ChunkExecution(2, h, 1, "open_loop", 0.0, torch.device("cpu"))
+def _counting_plans(envs, h):
+    """A planner whose chunk planned at call i holds 10 i + k at step k (counts its calls)."""
     calls = []
 
     def plan():
         calls.append(1)
         base = 10.0 * (len(calls) - 1)
-        return (base + torch.arange(h, dtype=torch.float32)).expand(2, h).unsqueeze(-1)  # entry k: base + k
+        return (base + torch.arange(h, dtype=torch.float32)).expand(envs, h).unsqueeze(-1)
+
+    return plan, calls
+
+
+def test_open_loop_replans_every_h_steps_and_at_each_env_episode_start():
+    h = 3
+    ex = ChunkExecution(2, h, 1, "open_loop", 0.0, torch.device("cpu"))
+    plan, calls = _counting_plans(2, h)
 
     seen = []
     for t in range(7):
@@ -372,12 +379,7 @@ def test_open_loop_replans_every_h_steps_and_at_each_env_episode_start():
 def test_receding_horizon_replans_every_step_and_acts_with_the_first_entry():
     h = 3
     ex = ChunkExecution(2, h, 1, "receding", 0.0, torch.device("cpu"))
-    calls = []
-
-    def plan():
-        calls.append(1)
-        base = 10.0 * (len(calls) - 1)
-        return (base + torch.arange(h, dtype=torch.float32)).expand(2, h).unsqueeze(-1)  # entry k: base + k
+    plan, calls = _counting_plans(2, h)
 
     seen = []
     for t in range(4):
