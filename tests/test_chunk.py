@@ -455,7 +455,8 @@ def test_bad_settings_are_named():
 def test_train_resume_and_eval_through_the_cli(tmp_path):
     run_dir = tmp_path / "run"
     args = [a for a in TINY if not a.startswith(("total_steps", "eval_interval"))]
-    args += ["agent=chunk", "agent.chunk_len=3", "agent.execution=ensemble", "total_steps=600", "eval_interval=600"]
+    args += ["agent=chunk", "agent.chunk_len=3", "agent.execution=ensemble", "agent.eval_execution=receding"]
+    args += ["agent.noise_correlation=0.5", "total_steps=600", "eval_interval=600"]
     run_module("robotrl.train", *args, "video=false", f"hydra.run.dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 600 and summary["updates"] == 400 and math.isfinite(summary["eval/return"])
