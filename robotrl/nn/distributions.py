@@ -67,6 +67,11 @@ class TimeCorrelatedTanhNormal(TanhNormal):
         if not 0.0 <= rho < 1.0:
             raise ValueError(f"the noise correlation must be in [0, 1), got {rho}")
         self.steps, self.rho = steps, float(rho)
+        # eps = L xi over the steps: L[k, j] = rho^(k-j) (times sqrt(1 - rho^2) for j >= 1), so L L^T is the
+        # AR(1) correlation rho^|k-l|
+        k = torch.arange(steps, device=mean.device, dtype=mean.dtype)
+        self._mix = (self.rho ** (k[:, None] - k[None, :]).clamp(min=0)).tril()
+        self._mix[:, 1:] *= math.sqrt(1.0 - self.rho * self.rho)
 
     @staticmethod
     def entropy_offset(steps: int, action_dim: int, rho: float) -> float:
@@ -78,11 +83,8 @@ class TimeCorrelatedTanhNormal(TanhNormal):
 
     def rsample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
         innovations = self._chunked(torch.randn_like(self.mean))  # xi [..., steps, A]
-        scale = math.sqrt(1.0 - self.rho * self.rho)
-        noise = [innovations[..., 0, :]]
-        for k in range(1, self.steps):
-            noise.append(self.rho * noise[-1] + scale * innovations[..., k, :])
-        pre_tanh = self.mean + self.std * torch.stack(noise, dim=-2).flatten(-2)
+        noise = torch.einsum("kj,...ja->...ka", self._mix, innovations)
+        pre_tanh = self.mean + self.std * noise.flatten(-2)
         return torch.tanh(pre_tanh), self._log_prob(pre_tanh, innovations.flatten(-2))
 
     def log_prob_pre_tanh(self, pre_tanh: torch.Tensor) -> torch.Tensor:
