@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -47,6 +48,17 @@ class TanhNormal:
         return torch.tanh(self.mean)
 
 
+@functools.lru_cache(maxsize=16)
+def ar1_mix(steps: int, rho: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """L [steps, steps] with eps = L xi: L[k, j] = rho^(k-j), times sqrt(1 - rho^2) for j >= 1, so L L^T is the
+    AR(1) correlation rho^|k-l|. Cached: an actor builds its distribution every step and every update, with
+    the same few (steps, rho); callers must not modify it."""
+    k = torch.arange(steps, device=device, dtype=dtype)
+    mix = (rho ** (k[:, None] - k[None, :]).clamp(min=0)).tril()
+    mix[:, 1:] *= math.sqrt(1.0 - rho * rho)
+    return mix
+
+
 class TimeCorrelatedTanhNormal(TanhNormal):
     """A tanh-Gaussian over a chunk of `steps` actions whose noise is correlated in time: per action entry,
     the standard-normal noise follows a stationary AR(1) process over the chunk's steps,
@@ -67,11 +79,7 @@ class TimeCorrelatedTanhNormal(TanhNormal):
         if not 0.0 <= rho < 1.0:
             raise ValueError(f"the noise correlation must be in [0, 1), got {rho}")
         self.steps, self.rho = steps, float(rho)
-        # eps = L xi over the steps: L[k, j] = rho^(k-j) (times sqrt(1 - rho^2) for j >= 1), so L L^T is the
-        # AR(1) correlation rho^|k-l|
-        k = torch.arange(steps, device=mean.device, dtype=mean.dtype)
-        self._mix = (self.rho ** (k[:, None] - k[None, :]).clamp(min=0)).tril()
-        self._mix[:, 1:] *= math.sqrt(1.0 - self.rho * self.rho)
+        self._mix = ar1_mix(steps, self.rho, mean.dtype, mean.device)
 
     @staticmethod
     def entropy_offset(steps: int, action_dim: int, rho: float) -> float:
