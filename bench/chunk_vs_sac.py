@@ -58,6 +58,10 @@ evaluations (0.5/0.8/0.8 there) are noisy enough to move a first crossing by tho
 policies on 50 episodes: `agent.bc_q_filter=true` 0.40/0.42 (seeds 1-2), `--chunk-len 8` 0.48/0.24,
 `--noise-correlation 0.8` 0.52/0.56/0.44, 0.95 0.46/0.56/0.62, `--chunk-samples 4` 0.52/0.48. None comes near
 the 80% by 14k that a ratio of 0.5 needs (SAC's 28k); correlated noise is the one consistent hint.
+Session 18, same screen: a weaker BC term (`agent.bc_weight=2.5`, seeds 1-2) 0.52/0.18 and one decayed from 10
+to 0 over 20k updates (`agent.bc_weight_final=0 agent.bc_decay_updates=20000`) 0.56/0.42 (the default's seeds
+1-2: 0.46/0.46; both slower early in their 10-episode evaluations), so the BC term is not what holds push back;
+`--noise-correlation 0.95 --chunk-samples 4` together 0.48/0.72/0.56 (mean 0.59, the best screened).
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
