@@ -3,7 +3,8 @@ the same settings apart from the agent.
 
     python bench/chunk_vs_sac.py [--quick] [--tasks panda_pick_cube,panda_push] [--seeds 3] [--steps N]
                                  [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
-                                 [--execution open_loop] [--noise-correlation 0] [--entropy-per-dim -1]
+                                 [--execution open_loop] [--noise-correlation 0] [--policy-chunk-len K]
+                                 [--entropy-per-dim -1]
                                  [--obs-norm] [--jobs 2]
                                  [--workdir DIR] [--save]
 
@@ -99,8 +100,10 @@ def action_dim(task: str) -> int:
 
 def agent_overrides(agent: str, task: str, args) -> list[str]:
     """The agent's settings; its target entropy is `--entropy-per-dim` times the dimensions its actor samples
-    (a chunk critic's actor samples chunk_len actions at once), so both agents explore alike per action entry."""
-    dims = action_dim(task) * (args.chunk_len if agent == "chunk" else 1)
+    (a chunk critic's actor samples a plan of chunk_len, or policy_chunk_len, actions at once), so both agents
+    explore alike per action entry."""
+    plan = args.policy_chunk_len or args.chunk_len
+    dims = action_dim(task) * (plan if agent == "chunk" else 1)
     entropy = f"agent.target_entropy={args.entropy_per_dim * dims:g}"
     shared = [entropy, *(["agent.obs_norm=true"] if args.obs_norm else [])]
     if agent == "chunk":
@@ -110,6 +113,7 @@ def agent_overrides(agent: str, task: str, args) -> list[str]:
             f"agent.execution={args.execution}",
             f"agent.num_samples={args.chunk_samples}",
             *([f"agent.noise_correlation={args.noise_correlation}"] if args.noise_correlation else []),
+            *([f"agent.policy_chunk_len={args.policy_chunk_len}"] if args.policy_chunk_len else []),
             *shared,
         ]
     return ["agent=sac", *([f"agent.n_step={args.sac_n_step}"] if args.demos else []), *shared]
@@ -222,6 +226,12 @@ def main() -> None:
             help="the chunk critic's exploration noise correlation between a chunk's steps (agent.noise_correlation)",
         )
         p.add_argument(
+            "--policy-chunk-len",
+            type=int,
+            default=None,
+            help="the chunk critic's actor plans and executes this many actions (agent.policy_chunk_len, DQC)",
+        )
+        p.add_argument(
             "--entropy-per-dim",
             type=float,
             default=-1.0,
@@ -266,6 +276,7 @@ def main() -> None:
         "execution": args.execution,
         "chunk_samples": args.chunk_samples,
         "noise_correlation": args.noise_correlation,
+        "policy_chunk_len": args.policy_chunk_len,
         "entropy_per_dim": args.entropy_per_dim,
         "obs_norm": args.obs_norm,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),

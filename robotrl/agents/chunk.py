@@ -18,6 +18,7 @@ reset/advance_evaluation, so an evaluation inside a training run leaves the expl
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from robotrl.data.spec import ObsSpec, check_obs
 from robotrl.nn import TanhNormal
 from robotrl.nn.chunk_execution import EXECUTIONS, ChunkExecution
 from robotrl.nn.distributions import TimeCorrelatedTanhNormal
+from robotrl.nn.mlp import EnsembleMLP
 
 
 @dataclass
@@ -57,6 +59,18 @@ class ChunkConfig(SACConfig):
     # chunk (its displacement grows as sqrt(h)); correlated noise moves the chunk coherently. Each entry keeps
     # its std: the target entropy is lowered by what the correlation removes (TimeCorrelatedTanhNormal).
     noise_correlation: float = 0.0
+    # Decoupled chunks (DQC, Li, Park & Levine 2025): the actor plans and executes policy_chunk_len = k <= h
+    # actions, so it reacts every k steps, while the critic keeps scoring and backing up over chunk_len = h. A
+    # second ensemble Q_k(s, a_0..a_{k-1}) is regressed on the upper `distill_expectile` expectile of the chunk
+    # critic over the completions a_k..a_{h-1} the data holds (an optimistic max over in-data completions); the
+    # actor ascends Q_k and the h-step target bootstraps from it. null: k = h, the plain chunk critic.
+    policy_chunk_len: int | None = None
+    distill_expectile: float = 0.9
+
+    @property
+    def plan_len(self) -> int:
+        """Actions per planned (and executed) chunk: policy_chunk_len, or chunk_len when it is null."""
+        return self.chunk_len if self.policy_chunk_len is None else self.policy_chunk_len
 
     def validate(self) -> None:
         for name in ("chunk_len", "num_samples"):
@@ -82,6 +96,13 @@ class ChunkConfig(SACConfig):
             value = getattr(self, name)
             if value not in EXECUTIONS and not (name == "eval_execution" and value is None):
                 raise ValueError(f"agent.{name} must be one of {', '.join(EXECUTIONS)}, got {value!r}")
+        k = self.policy_chunk_len
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.chunk_len):
+            raise ValueError(
+                f"agent.policy_chunk_len must be null or an integer in [1, agent.chunk_len={self.chunk_len}], got {k!r}"
+            )
+        if not 0.0 < self.distill_expectile < 1.0:
+            raise ValueError(f"agent.distill_expectile must be in (0, 1), got {self.distill_expectile}")
         if not 0.0 <= self.noise_correlation < 1.0:
             raise ValueError(f"agent.noise_correlation must be in [0, 1), got {self.noise_correlation}")
         if not abs(self.ensemble_decay) < float("inf"):
@@ -91,9 +112,9 @@ class ChunkConfig(SACConfig):
 class ChunkActor(TanhGaussianActor):
     """SAC's tanh-Gaussian actor over a flattened chunk, its noise correlated over the chunk's steps."""
 
-    def __init__(self, features: int, hidden: list[int], chunk_dim: int, cfg: ChunkConfig):
-        super().__init__(features, hidden, chunk_dim, cfg.log_std_min, cfg.log_std_max)
-        self.steps, self.rho = cfg.chunk_len, cfg.noise_correlation
+    def __init__(self, features: int, hidden: list[int], plan_dim: int, cfg: ChunkConfig):
+        super().__init__(features, hidden, plan_dim, cfg.log_std_min, cfg.log_std_max)
+        self.steps, self.rho = cfg.plan_len, cfg.noise_correlation
 
     def forward(self, features: torch.Tensor) -> TimeCorrelatedTanhNormal:
         independent = super().forward(features)
@@ -101,17 +122,39 @@ class ChunkActor(TanhGaussianActor):
 
 
 class ChunkCritic(SAC):
-    """SAC whose action is a whole chunk: the actor and critic see h * action_dim values, the replay gives
-    h-step sequences, and `act` executes the chunks one env step at a time."""
+    """SAC whose action is a whole chunk: the critic sees h * action_dim values, the actor plans k * action_dim
+    (k = h unless agent.policy_chunk_len), the replay gives h-step sequences, and `act` executes the planned
+    chunks one env step at a time."""
 
     def __init__(self, cfg: ChunkConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
-        super().__init__(cfg, obs_spec, cfg.chunk_len * action_dim, device)  # validates; networks see chunks
+        super().__init__(cfg, obs_spec, cfg.chunk_len * action_dim, device)  # validates; the critic sees chunks
         self.action_dim = action_dim  # what the env takes per step
-        self.chunk_len = cfg.chunk_len
-        self.target_entropy += TimeCorrelatedTanhNormal.entropy_offset(cfg.chunk_len, action_dim, cfg.noise_correlation)
+        self.chunk_len, self.plan_len = cfg.chunk_len, cfg.plan_len
+        if cfg.target_entropy is None:  # SAC's default, -1 an entry the actor samples
+            self.target_entropy = -float(self.plan_len * action_dim)
+        self.target_entropy += TimeCorrelatedTanhNormal.entropy_offset(self.plan_len, action_dim, cfg.noise_correlation)
+        # Decoupled chunks: Q_k over the actor's k-step plans, distilled from the h-step chunk critic.
+        self.partial_critic: EnsembleMLP | None = None
+        if self.plan_len < self.chunk_len:
+            inputs = self.encoder.out_dim + self.plan_len * action_dim
+            self.partial_critic = EnsembleMLP(
+                cfg.num_critics, inputs, cfg.critic_hidden, 1, layer_norm=cfg.critic_layer_norm
+            ).to(device)
+            self.target_partial_critic = copy.deepcopy(self.partial_critic).requires_grad_(False)
+            self.optimizer.add_param_group({"params": list(self.partial_critic.parameters()), "lr": cfg.critic_lr})
+            self._critic_params += list(self.partial_critic.parameters())
+            self._target_params += list(self.target_partial_critic.parameters())
         # Actor-side state, not module state (never checkpointed: a resumed run's envs restart from a reset).
         self.exploring: ChunkExecution | None = None
         self.evaluating: ChunkExecution | None = None
+
+    @property
+    def policy_critic(self) -> torch.nn.Module:
+        return self.critic if self.partial_critic is None else self.partial_critic
+
+    @property
+    def target_policy_critic(self) -> torch.nn.Module:
+        return self.target_critic if self.partial_critic is None else self.target_partial_critic
 
     @property
     def replay_n_step(self) -> int:
@@ -119,9 +162,10 @@ class ChunkCritic(SAC):
 
     def _make_actor(self, features: int, chunk_dim: int) -> torch.nn.Module:
         cfg = self.cfg
+        plan_dim = chunk_dim // cfg.chunk_len * cfg.plan_len
         if cfg.noise_correlation == 0:
-            return super()._make_actor(features, chunk_dim)
-        return ChunkActor(features, cfg.actor_hidden, chunk_dim, cfg)
+            return super()._make_actor(features, plan_dim)
+        return ChunkActor(features, cfg.actor_hidden, plan_dim, cfg)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"chunk": self.optimizer}
@@ -130,7 +174,7 @@ class ChunkCritic(SAC):
 
     def _execution(self, num_envs: int, mode: str) -> ChunkExecution:
         cfg = self.cfg
-        return ChunkExecution(num_envs, cfg.chunk_len, self.action_dim, mode, cfg.ensemble_decay, self.device)
+        return ChunkExecution(num_envs, self.plan_len, self.action_dim, mode, cfg.ensemble_decay, self.device)
 
     def reset_exploration(self, num_envs: int) -> None:
         self.exploring = self._execution(num_envs, self.cfg.execution)
@@ -147,19 +191,19 @@ class ChunkCritic(SAC):
             self.evaluating.advance(episode_start)
 
     def chunks(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
-        """Planned chunks [B, chunk_len, action_dim] in (-1, 1) for a batch of observations."""
+        """Planned chunks [B, plan_len, action_dim] in (-1, 1) for a batch of observations."""
         check_obs(self.obs_spec, obs)
         with torch.no_grad(), self._autocast():
             features = self.encoder(obs)
             dist = self.actor(features)
-            flat = dist.mode if deterministic else self._best_of_samples(self.critic, features, dist)[0]
-        return flat.view(-1, self.chunk_len, self.action_dim)
+            flat = dist.mode if deterministic else self._best_of_samples(self.policy_critic, features, dist)[0]
+        return flat.view(-1, self.plan_len, self.action_dim)
 
     def _best_of_samples(
         self, critic: torch.nn.Module, features: torch.Tensor, dist: TanhNormal
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per row, of `num_samples` chunks drawn from `dist` the one `critic`'s minimum rates highest, and its
-        log-density under `dist` ([B, h * action_dim], [B, 1]). The selection makes the chosen chunk likelier
+        log-density under `dist` ([B, k * action_dim], [B, 1]). The selection makes the chosen chunk likelier
         than that density says: the entropy bonus of a target taken this way is an overestimate."""
         n = self.cfg.num_samples
         if n == 1:
@@ -195,7 +239,7 @@ class ChunkCritic(SAC):
     # ---- learning -----------------------------------------------------------------------------------
 
     def target_action(self, next_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._best_of_samples(self.target_critic, next_features, self.actor(next_features))
+        return self._best_of_samples(self.target_policy_critic, next_features, self.actor(next_features))
 
     def _check_batch(self, batch: Batch) -> SequenceBatch:
         if not isinstance(batch, SequenceBatch) or batch.actions.shape[1:] != (self.chunk_len, self.action_dim):
@@ -210,11 +254,32 @@ class ChunkCritic(SAC):
     def batch_action(self, batch: Batch) -> torch.Tensor:
         return batch.actions.flatten(1)
 
+    def policy_action(self, batch: Batch) -> torch.Tensor:
+        """[B, k * action_dim]: the recorded chunk's first k actions, the part the actor plans."""
+        return batch.actions[:, : self.plan_len].flatten(1)
+
     def recorded_entries(self, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
-        """[B, h * action_dim]: a chunk past its episode's end repeats the last recorded action as padding,
+        """[B, k * action_dim]: a chunk past its episode's end repeats the last recorded action as padding,
         which the critic's masked return ignores and which cloning must not imitate either."""
-        steps = batch.valid.repeat_interleave(self.action_dim, dim=1)
+        steps = batch.valid[:, : self.plan_len].repeat_interleave(self.action_dim, dim=1)
         return rows.unsqueeze(-1) & steps
+
+    def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor):
+        """The chunk critic's TD loss, and with decoupled chunks the partial critic's distillation loss."""
+        critic_loss, q_mean = super()._critic_loss(features, batch, alpha, next_features)
+        if self.partial_critic is None:
+            return critic_loss, q_mean
+        return critic_loss + self._distillation_loss(features.detach(), batch), q_mean
+
+    def _distillation_loss(self, features: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Expectile regression of Q_k(s, a_0..a_{k-1}) on the chunk critics' minimum for the recorded chunk:
+        above the median (expectile > 0.5) it tends to the best completion a_k..a_{h-1} the data holds."""
+        with torch.no_grad():
+            target = self._q(self.critic, features, self.batch_action(batch)).min(dim=0).values
+        error = target - self._q(self.partial_critic, features, self.policy_action(batch))  # [N, B, 1]
+        tau = self.cfg.distill_expectile
+        weight = torch.where(error < 0, 1.0 - tau, tau)
+        return (weight * error.pow(2)).mean(dim=(1, 2)).sum()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """SAC's update on whole chunks: the critic regresses Q(s_t, chunk) on the masked h'-step return

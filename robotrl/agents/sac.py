@@ -299,19 +299,34 @@ class SAC(Agent):
         """What the critic scores for each transition of `batch`: its action [B, action_dim]."""
         return batch.action
 
+    @property
+    def policy_critic(self) -> nn.Module:
+        """The critic ensemble the actor ascends and the Q-filter asks: SAC's critic. (A chunk critic whose actor
+        plans shorter chunks than the critic scores has one of its own.)"""
+        return self.critic
+
+    @property
+    def target_policy_critic(self) -> nn.Module:
+        """The target network of `policy_critic`: what the TD target scores the actor's next action with."""
+        return self.target_critic
+
+    def policy_action(self, batch: Batch) -> torch.Tensor:
+        """The recorded action in the actor's output space, which behaviour cloning imitates."""
+        return self.batch_action(batch)
+
     def recorded_entries(self, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
-        """Which entries of `batch_action` behaviour cloning imitates, given the demo `rows` ([B] bool)."""
+        """Which entries of `policy_action` behaviour cloning imitates, given the demo `rows` ([B] bool)."""
         return rows
 
     @torch.no_grad()
     def td_target(self, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor | None = None) -> torch.Tensor:
         """[B, 1]: the (n-step) reward plus the discounted soft value of the next observation, under the
-        target critics' minimum and an action from the actor (`next_features`: the encoded next_obs, if the
-        caller has them)."""
+        minimum of the target critics (`target_policy_critic`) and an action from the actor (`next_features`:
+        the encoded next_obs, if the caller has them)."""
         if next_features is None:
             next_features = self.encoder(batch.next_obs)
         next_action, next_log_prob = self.target_action(next_features)
-        next_q = self._q(self.target_critic, next_features, next_action).min(dim=0).values
+        next_q = self._q(self.target_policy_critic, next_features, next_action).min(dim=0).values
         return batch.reward + batch.discount * (next_q - alpha * next_log_prob)
 
     def target_action(self, next_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -333,13 +348,13 @@ class SAC(Agent):
         action, log_prob = policy.rsample_with_log_prob()
         # The critic is a fixed function here: through detached weights only the path to the action is
         # differentiated, and no critic weight gradients are computed.
-        q = self.critic(torch.cat([features, action], dim=-1), frozen=True).min(dim=0).values
+        q = self.policy_critic(torch.cat([features, action], dim=-1), frozen=True).min(dim=0).values
         actor_loss = (alpha * log_prob - q).mean()
         extra: dict[str, torch.Tensor] = {}
         cfg = self.cfg
         bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
         if bc_weight > 0 and batch.demo is not None:
-            recorded, demo = self.batch_action(batch), batch.demo
+            recorded, demo = self.policy_action(batch), batch.demo
             if self.cfg.bc_q_filter:
                 demo = demo & self._prefers_recorded(features, recorded, policy.mode.detach())
             bc_loss = behaviour_cloning_loss(policy.mode, recorded, self.recorded_entries(batch, demo))
@@ -355,7 +370,7 @@ class SAC(Agent):
     def _prefers_recorded(self, features: torch.Tensor, recorded: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
         """[B] bool: rows where the critics' minimum rates the recorded action at least as high as `own`."""
         both = torch.cat([torch.cat([features, recorded], -1), torch.cat([features, own], -1)])
-        q = self.critic(both).min(dim=0).values.squeeze(-1)
+        q = self.policy_critic(both).min(dim=0).values.squeeze(-1)
         q_recorded, q_own = q.chunk(2)
         return q_recorded >= q_own
 
