@@ -131,7 +131,15 @@ class _ValueOfFirstFeature(nn.Module):
         return (10.0 * x[:, :1]).expand(2, -1, -1)
 
 
-def test_target_of_a_hand_built_trajectory():
+class _Unused(nn.Module):
+    def forward(self, x, frozen=False):
+        raise AssertionError("this critic must not be asked")
+
+
+@pytest.mark.parametrize("policy_chunk_len", [None, 1])
+def test_target_of_a_hand_built_trajectory(policy_chunk_len):
+    """The h-step target bootstraps from the critic that scores the actor's plans: the chunk critic's target,
+    or with decoupled chunks the partial critic's target (Q_k(s', pi_k(s')))."""
     g = 0.5
     buf = ReplayBuffer(SPEC, 1, capacity=100, n_step=3, gamma=g)
     # rewards 1, 2, 3 then termination; then 4, 5 truncated; then 6, 7, 8, 9
@@ -140,8 +148,11 @@ def test_target_of_a_hand_built_trajectory():
         obs = {"state": torch.tensor([[float(t), 0.0]])}
         nxt = {"state": torch.tensor([[t + 1.0, 0.0]])}
         buf.add(obs, torch.zeros(1, 1), torch.tensor([float(r)]), nxt, torch.tensor([t == 2]), torch.tensor([t == 4]))
-    agent = ChunkCritic(ChunkConfig(chunk_len=3, gamma=g), SPEC, 1)
-    agent.target_critic = _ValueOfFirstFeature()
+    agent = ChunkCritic(ChunkConfig(chunk_len=3, gamma=g, policy_chunk_len=policy_chunk_len), SPEC, 1)
+    if policy_chunk_len is None:
+        agent.target_critic = _ValueOfFirstFeature()
+    else:
+        agent.target_critic, agent.target_partial_critic = _Unused(), _ValueOfFirstFeature()
     batch = _at(buf, [0, 1, 3, 4, 5, 6, 8], 3)
     target = agent.td_target(batch, alpha=torch.tensor(0.0))[:, 0]
     v = lambda s: 10.0 * s  # noqa: E731  (the stand-in critic's value of the state after the sequence)
@@ -297,6 +308,88 @@ def test_chunk_critic_explores_with_correlated_noise_and_keeps_the_per_entry_tar
             ChunkConfig(noise_correlation=bad).validate()
 
 
+# ---- decoupled chunks (agent.policy_chunk_len) ---------------------------------------------------------
+
+
+def test_decoupled_actor_plans_and_executes_k_actions_while_the_critic_scores_h():
+    cfg = ChunkConfig(chunk_len=4, policy_chunk_len=2, actor_hidden=[16], critic_hidden=[16])
+    agent = ChunkCritic(cfg, SPEC, 3)
+    assert agent.replay_n_step == 4 and agent.target_entropy == -6  # -1 an entry the actor samples
+    assert agent.critic.hidden[0].in_dim == 2 + 4 * 3 and agent.partial_critic.hidden[0].in_dim == 2 + 2 * 3
+    assert agent.actor.net.head.out_features == 2 * 2 * 3  # mean and log-std of a 2-step plan
+    assert agent.chunks({"state": torch.randn(5, 2)}).shape == (5, 2, 3)
+    plans = []
+    agent.actor.register_forward_hook(lambda *_: plans.append(1))
+    agent.reset_exploration(1)
+    for _ in range(6):
+        agent.act({"state": torch.randn(1, 2)})
+        agent.advance_exploration(torch.zeros(1, dtype=torch.bool))
+    assert len(plans) == 3  # a new plan every k = 2 steps
+    assert ChunkCritic(ChunkConfig(chunk_len=4, policy_chunk_len=4), SPEC, 3).partial_critic is None
+    correlated = ChunkCritic(ChunkConfig(chunk_len=4, policy_chunk_len=2, noise_correlation=0.5), SPEC, 3)
+    assert correlated.actor(torch.randn(1, 2)).steps == 2
+
+
+def test_partial_critic_learns_the_upper_expectile_of_the_chunk_critic_over_completions():
+    """One state and first action, two recorded completions the chunk critic rates 1.5 and -2.5: the partial
+    critic settles at their 0.9-expectile, 0.9 * 1.5 + 0.1 * -2.5 = 1.1 (the mean would be -0.5)."""
+    torch.manual_seed(0)
+    cfg = ChunkConfig(chunk_len=3, policy_chunk_len=1, distill_expectile=0.9, actor_hidden=[16], critic_hidden=[32])
+    agent = ChunkCritic(cfg, SPEC, 1)
+    agent.critic = _SumOfChunk(1.0, 2)  # Q = the chunk's sum; the members' minimum is 1 lower
+    n = 64
+    obs = {"state": torch.tensor([[0.3, -0.2]]).expand(n, 2)}
+    tails = torch.tensor([[1.0, 1.0], [-1.0, -1.0]]).repeat(n // 2, 1)
+    actions = torch.cat([torch.full((n, 1), 0.5), tails], 1).unsqueeze(-1)  # [n, 3, 1]
+    valid = torch.ones(n, 3, dtype=torch.bool)
+    batch = SequenceBatch(
+        obs, actions[:, 0], torch.zeros(n, 1), torch.ones(n, 1), obs, actions, torch.zeros(n, 3), valid
+    )
+    optimizer = torch.optim.Adam(agent.partial_critic.parameters(), lr=3e-3)
+    features = agent.encoder(obs)
+    for _ in range(1500):
+        loss = agent._distillation_loss(features, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    q = agent.partial_critic(torch.cat([features[:1], actions[:1, 0]], -1))
+    torch.testing.assert_close(q.flatten(), torch.full((2,), 1.1), atol=0.05, rtol=0)
+
+
+def test_decoupled_update_trains_both_critics_and_clones_only_the_planned_actions():
+    cfg = ChunkConfig(chunk_len=3, policy_chunk_len=2, bc_weight=1.0, actor_hidden=[16], critic_hidden=[16])
+    agent = ChunkCritic(cfg, SPEC, 2)
+    n = 16
+    obs = {"state": torch.randn(n, 2)}
+    actions = torch.rand(n, 3, 2) * 2 - 1
+    valid = torch.ones(n, 3, dtype=torch.bool)
+    valid[0, 1:] = False  # row 0's episode ended after its first step: its second action is padding
+    reward = torch.randn(n, 1)
+    batch = SequenceBatch(
+        obs,
+        actions[:, 0],
+        reward,
+        torch.ones(n, 1),
+        obs,
+        actions,
+        reward.expand(n, 3),
+        valid,
+        demo=torch.ones(n, dtype=torch.bool),
+    )
+    assert torch.equal(agent.policy_action(batch), actions[:, :2].flatten(1))
+    entries = agent.recorded_entries(batch, batch.demo)
+    assert entries.shape == (n, 4) and not entries[0, 2:].any() and entries[0, :2].all() and entries[1:].all()
+    before = {name: [p.clone() for p in getattr(agent, name).parameters()] for name in ("critic", "partial_critic")}
+    target_before = [p.clone() for p in agent.target_partial_critic.parameters()]
+    metrics = agent.update(batch)
+    assert all(torch.isfinite(v) for v in metrics.values()) and "bc_loss" in metrics
+    for name, old in before.items():
+        assert any(not torch.equal(a, b) for a, b in zip(old, getattr(agent, name).parameters(), strict=True)), name
+    assert any(
+        not torch.equal(a, b) for a, b in zip(target_before, agent.target_partial_critic.parameters(), strict=True)
+    )
+
+
 # ---- chunk execution ----------------------------------------------------------------------------------
 
 
@@ -448,6 +541,14 @@ def test_bad_settings_are_named():
         ChunkConfig(n_step=3).validate()
     with pytest.raises(ValueError, match=r"agent\.exploration must be gaussian"):
         ChunkConfig(exploration="gsde").validate()
+    for bad in (0, 6, True, 2.5):
+        with pytest.raises(
+            ValueError, match=r"agent\.policy_chunk_len must be null or an integer in \[1, agent\.chunk_len=5\]"
+        ):
+            ChunkConfig(chunk_len=5, policy_chunk_len=bad).validate()
+    for bad in (0.0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"agent\.distill_expectile must be in \(0, 1\)"):
+            ChunkConfig(distill_expectile=bad).validate()
     agent = make_agent(ChunkConfig(chunk_len=5), SPEC, 2)
     assert isinstance(agent, ChunkCritic) and agent.replay_n_step == 5  # the loop's replay sums 5 steps
 
@@ -456,7 +557,7 @@ def test_train_resume_and_eval_through_the_cli(tmp_path):
     run_dir = tmp_path / "run"
     args = [a for a in TINY if not a.startswith(("total_steps", "eval_interval"))]
     args += ["agent=chunk", "agent.chunk_len=3", "agent.execution=ensemble", "agent.eval_execution=receding"]
-    args += ["agent.noise_correlation=0.5", "total_steps=600", "eval_interval=600"]
+    args += ["agent.noise_correlation=0.5", "agent.policy_chunk_len=2", "total_steps=600", "eval_interval=600"]
     run_module("robotrl.train", *args, "video=false", f"hydra.run.dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 600 and summary["updates"] == 400 and math.isfinite(summary["eval/return"])
