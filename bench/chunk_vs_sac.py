@@ -63,6 +63,9 @@ Session 18, same screen: a weaker BC term (`agent.bc_weight=2.5`, seeds 1-2) 0.5
 to 0 over 20k updates (`agent.bc_weight_final=0 agent.bc_decay_updates=20000`) 0.56/0.42 (the default's seeds
 1-2: 0.46/0.46; both slower early in their 10-episode evaluations), so the BC term is not what holds push back;
 `--noise-correlation 0.95 --chunk-samples 4` together 0.48/0.72/0.56 (mean 0.59, the best screened).
+Decoupled chunks (`--policy-chunk-len`, chunk_len 5, seeds 1-2): k=1 0.42/0.38, k=2 0.42/0.44: reacting every
+step or two does not lift push either, which points at what SAC and the chunk critic share (both plateau near
+0.5 on 50 episodes at 15k) rather than at open-loop execution.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
