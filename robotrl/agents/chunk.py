@@ -11,7 +11,11 @@ the chunk past them and masks their rewards (`SequenceBatch`). The loop builds i
 `agent.replay_n_step`, which is `chunk_len` here, so `replay.sample` yields exactly these sequences.
 Everything else is SAC's (subclassed): networks, temperature, precision, pixels.
 
-Acting executes chunks open-loop or with temporal ensembling (robotrl/nn/chunk_execution.py), per env,
+With decoupled chunks (agent.policy_chunk_len = k < h) the actor plans only k actions; c' ~ pi above is
+then scored by the target of a partial critic Q_k(s, a_t..a_{t+k-1}), distilled from the chunk critic by
+expectile regression over the completions the data holds, which is also what the actor ascends.
+
+Acting executes chunks open-loop, with temporal ensembling or receding (robotrl/nn/chunk_execution.py), per env,
 on the actor's clock: the exploring actor on reset/advance_exploration, the deterministic one on
 reset/advance_evaluation, so an evaluation inside a training run leaves the exploring envs' chunks alone.
 """
