@@ -347,8 +347,9 @@ def test_partial_critic_learns_the_upper_expectile_of_the_chunk_critic_over_comp
     )
     optimizer = torch.optim.Adam(agent.partial_critic.parameters(), lr=3e-3)
     features = agent.encoder(obs)
+    chunk_q = agent._q(agent.critic, features, agent.batch_action(batch)).min(dim=0).values
     for _ in range(1500):
-        loss = agent._distillation_loss(features, batch)
+        loss = agent._distillation_loss(features, batch, chunk_q)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -270,17 +270,16 @@ class ChunkCritic(SAC):
 
     def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor):
         """The chunk critic's TD loss, and with decoupled chunks the partial critic's distillation loss."""
-        critic_loss, q_mean = super()._critic_loss(features, batch, alpha, next_features)
+        critic_loss, q = super()._critic_loss(features, batch, alpha, next_features)
         if self.partial_critic is None:
-            return critic_loss, q_mean
-        return critic_loss + self._distillation_loss(features.detach(), batch), q_mean
+            return critic_loss, q
+        return critic_loss + self._distillation_loss(features.detach(), batch, q.min(dim=0).values), q
 
-    def _distillation_loss(self, features: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Expectile regression of Q_k(s, a_0..a_{k-1}) on the chunk critics' minimum for the recorded chunk:
-        above the median (expectile > 0.5) it tends to the best completion a_k..a_{h-1} the data holds."""
-        with torch.no_grad():
-            target = self._q(self.critic, features, self.batch_action(batch)).min(dim=0).values
-        error = target - self._q(self.partial_critic, features, self.policy_action(batch))  # [N, B, 1]
+    def _distillation_loss(self, features: torch.Tensor, batch: Batch, chunk_q: torch.Tensor) -> torch.Tensor:
+        """Expectile regression of Q_k(s, a_0..a_{k-1}) on `chunk_q` ([B, 1], detached), the chunk critics'
+        minimum for the recorded chunk: above the median (expectile > 0.5) it tends to the best completion
+        a_k..a_{h-1} the data holds."""
+        error = chunk_q - self._q(self.partial_critic, features, self.policy_action(batch))  # [N, B, 1]
         tau = self.cfg.distill_expectile
         weight = torch.where(error < 0, 1.0 - tau, tau)
         return (weight * error.pow(2)).mean(dim=(1, 2)).sum()

@@ -271,9 +271,9 @@ class SAC(Agent):
             features = self.encoder(batch.obs)
             with torch.no_grad():  # the TD target's, and the smoothness term's
                 next_features = self.encoder(batch.next_obs)
-            critic_loss, q_mean = self._critic_loss(features, batch, alpha, next_features)
+            critic_loss, q = self._critic_loss(features, batch, alpha, next_features)
             loss = critic_loss
-            metrics = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
+            metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.mean()}
             if update_actor:  # an encoder with weights (pixels) learns only through the critic
                 actor_loss, log_prob, extra = self._actor_loss(features.detach(), alpha, batch, next_features)
                 loss = loss + actor_loss
@@ -334,10 +334,11 @@ class SAC(Agent):
         return self.actor(next_features).rsample_with_log_prob()
 
     def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor):
+        """The critics' TD loss and their values for the batch's actions ([N, B, 1], detached)."""
         target = self.td_target(batch, alpha, next_features)
         q = self._q(self.critic, features, self.batch_action(batch))
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
-        return critic_loss, q.detach().mean()
+        return critic_loss, q.detach()
 
     def _actor_loss(
         self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch, next_features: torch.Tensor
