@@ -84,6 +84,8 @@ def test_sequences_stop_at_episode_ends_pad_the_actions_and_mask_the_rewards():
     torch.testing.assert_close(s.discount[:, 0], torch.tensor(expected_discount))
     assert s.next_obs["state"][:, 0].tolist() == [2.5, 2.5, 2.5, 4.5, 4.5, 7.5, 7.5, 7.5]
     assert s.obs["state"][:, 0].tolist() == list(range(8)) and torch.equal(s.action, s.actions[:, 0])
+    # short of 3 steps without a termination: cut by the time limit (3, 4) or the newest stored step (6, 7)
+    assert s.cut.tolist() == [False, False, False, True, True, False, True, True]
 
 
 def test_sequences_across_the_ring_wrap_never_reach_overwritten_rows():
@@ -96,6 +98,7 @@ def test_sequences_across_the_ring_wrap_never_reach_overwritten_rows():
     assert s.valid.sum(1).tolist() == [3, 3, 2, 1]
     torch.testing.assert_close(s.discount[:, 0], torch.tensor([g**3, g**3, g**2, g]))
     assert s.next_obs["state"][:, 0].tolist() == [4.5, 5.5, 5.5, 5.5]
+    assert s.cut.tolist() == [False, False, True, True]
     # longer than the ring: still only the stored steps of the episode
     long = _at(buf, [2], 7)
     assert long.valid.sum().item() == 4 and long.actions[0, :, 0].tolist() == [2, 3, 4, 5, 5, 5, 5]
@@ -171,6 +174,42 @@ def test_target_of_a_hand_built_trajectory(policy_chunk_len):
     assert torch.equal(soft[:2], target[:2]) and (soft[2:] != target[2:]).all()
 
 
+@pytest.mark.parametrize("policy_chunk_len", [None, 2])
+def test_critics_do_not_fit_sequences_cut_short_without_a_termination(policy_chunk_len):
+    """A chunk cut by a time limit scores padding that never ran, so neither the chunk critic's TD loss nor
+    the partial critic's distillation fits it: whatever its actions and rewards, the losses stay the same."""
+    cfg = ChunkConfig(chunk_len=3, policy_chunk_len=policy_chunk_len, actor_hidden=[16], critic_hidden=[16])
+    agent = ChunkCritic(cfg, SPEC, 2)
+    if policy_chunk_len is None:
+        agent.target_critic = _ValueOfFirstFeature()
+    else:
+        agent.target_partial_critic = _ValueOfFirstFeature()
+    n = 8
+    obs, next_obs = {"state": torch.randn(n, 2)}, {"state": torch.randn(n, 2)}
+    valid = torch.ones(n, 3, dtype=torch.bool)
+    valid[4:, 2] = False
+    cut = torch.zeros(n, dtype=torch.bool)
+    cut[4:] = True  # rows 4-7 lost their last step to a time limit
+
+    def loss(actions, reward):
+        batch = SequenceBatch(
+            obs, actions[:, 0], reward, torch.ones(n, 1), next_obs, actions, reward.expand(n, 3), valid, cut
+        )
+        features = agent.encoder(obs)
+        return agent._critic_loss(features, batch, torch.tensor(0.0), agent.encoder(next_obs))[0]
+
+    actions, reward = torch.rand(n, 3, 2) * 2 - 1, torch.randn(n, 1)
+    other_actions, other_reward = actions.clone(), reward.clone()
+    other_actions[4:] = torch.rand(4, 3, 2) * 2 - 1
+    other_reward[4:] = 1e6
+    base = loss(actions, reward)
+    torch.testing.assert_close(loss(other_actions, other_reward), base)
+    other_reward[0] = 1e6  # a whole row's target does count
+    assert loss(actions, other_reward) > 1e6 * base
+    cut[:] = True  # nothing left to fit: no loss, and no NaN
+    assert loss(actions, reward).item() == 0.0
+
+
 def test_update_scores_whole_chunks_and_refuses_single_actions():
     agent = ChunkCritic(ChunkConfig(chunk_len=3, critic_lr=3e-3, batch_size=8), SPEC, 2)
     assert agent.critic.hidden[0].in_dim == 2 + 3 * 2 and agent.target_entropy == -6
@@ -179,7 +218,8 @@ def test_update_scores_whole_chunks_and_refuses_single_actions():
     actions = torch.rand(n, 3, 2) * 2 - 1
     reward = actions[:, :, 0].sum(1, keepdim=True)  # depends on the later actions of the chunk too
     valid = torch.ones(n, 3, dtype=torch.bool)
-    batch = SequenceBatch(obs, actions[:, 0], reward, torch.zeros(n, 1), obs, actions, reward.expand(n, 3), valid)
+    cut = torch.zeros(n, dtype=torch.bool)
+    batch = SequenceBatch(obs, actions[:, 0], reward, torch.zeros(n, 1), obs, actions, reward.expand(n, 3), valid, cut)
     for _ in range(300):
         metrics = agent.update(batch)
     assert all(v.dim() == 0 for v in metrics.values())
@@ -189,7 +229,7 @@ def test_update_scores_whole_chunks_and_refuses_single_actions():
     with pytest.raises(ValueError, match=r"agent\.chunk_len=3"):
         agent.update(single)
     with pytest.raises(ValueError, match=r"agent\.chunk_len=3"):
-        agent.update(SequenceBatch(obs, actions[:, 0], reward, reward, obs, actions[:, :2], reward, valid[:, :2]))
+        agent.update(SequenceBatch(obs, actions[:, 0], reward, reward, obs, actions[:, :2], reward, valid[:, :2], cut))
 
 
 class _SumOfChunk(nn.Module):
@@ -298,7 +338,9 @@ def test_chunk_critic_explores_with_correlated_noise_and_keeps_the_per_entry_tar
     actions, valid = torch.rand(n, 4, 3) * 2 - 1, torch.ones(n, 4, dtype=torch.bool)
     reward = torch.randn(n, 1)
     metrics = agent.update(
-        SequenceBatch(obs, actions[:, 0], reward, torch.ones(n, 1), obs, actions, reward.expand(n, 4), valid)
+        SequenceBatch(
+            obs, actions[:, 0], reward, torch.ones(n, 1), obs, actions, reward.expand(n, 4), valid, ~valid.all(1)
+        )
     )
     assert all(torch.isfinite(v).all() for v in metrics.values())
     plain = ChunkCritic(ChunkConfig(chunk_len=4, target_entropy=-24.0), SPEC, 3)
@@ -343,7 +385,7 @@ def test_partial_critic_learns_the_upper_expectile_of_the_chunk_critic_over_comp
     actions = torch.cat([torch.full((n, 1), 0.5), tails], 1).unsqueeze(-1)  # [n, 3, 1]
     valid = torch.ones(n, 3, dtype=torch.bool)
     batch = SequenceBatch(
-        obs, actions[:, 0], torch.zeros(n, 1), torch.ones(n, 1), obs, actions, torch.zeros(n, 3), valid
+        obs, actions[:, 0], torch.zeros(n, 1), torch.ones(n, 1), obs, actions, torch.zeros(n, 3), valid, ~valid.all(1)
     )
     optimizer = torch.optim.Adam(agent.partial_critic.parameters(), lr=3e-3)
     features = agent.encoder(obs)
@@ -375,6 +417,7 @@ def test_decoupled_update_trains_both_critics_and_clones_only_the_planned_action
         actions,
         reward.expand(n, 3),
         valid,
+        ~valid.all(1),
         demo=torch.ones(n, dtype=torch.bool),
     )
     assert torch.equal(agent.policy_action(batch), actions[:, :2].flatten(1))

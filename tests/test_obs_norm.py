@@ -122,6 +122,7 @@ def test_chunk_critic_and_bc_fold_their_batches_in(make):
             actions=torch.zeros(n, 3, 2),
             rewards=torch.zeros(n, 3),
             valid=torch.ones(n, 3, dtype=torch.bool),
+            cut=torch.zeros(n, dtype=torch.bool),
         )
     else:
         batch = _batch(16)

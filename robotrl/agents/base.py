@@ -77,6 +77,15 @@ def behaviour_cloning_loss(policy_action: torch.Tensor, recorded: torch.Tensor, 
     return squared.sum() / mask.sum().clamp(min=1.0)
 
 
+def masked_mean(errors: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """Per ensemble member [N], the mean of `errors` ([N, B, 1]) over the batch rows that `rows` ([B] bool)
+    keeps, or over all of them (None); 0 (still differentiable) when it keeps none."""
+    if rows is None:
+        return errors.mean(dim=(1, 2))
+    weight = rows.to(errors.dtype).view(1, -1, 1)
+    return (errors * weight).sum(dim=(1, 2)) / weight.sum().clamp(min=1.0)
+
+
 def bc_weight_at(start: float, final: float | None, decay_updates: int, updates: int) -> float:
     """The behaviour-cloning weight after `updates` updates: `start`, moving linearly to `final` over
     `decay_updates` (constant when `final` is None). Demos hold the policy near the demonstrator early,

@@ -7,7 +7,9 @@ unbiased target whatever policy collected the data:
     Q(s_t, a_t:t+h) <- sum_{j<h'} gamma^j r_{t+j} + gamma^h' (1 - terminated) min_i Q'_i(s_{t+h'}, c' ~ pi)
 
 h' <= h is the number of steps before the episode ended (or the newest stored step); the replay pads
-the chunk past them and masks their rewards (`SequenceBatch`). The loop builds its replay with
+the chunk past them and masks their rewards (`SequenceBatch`). Only a termination makes h' < h exact (the
+padding changes nothing after it): a sequence cut by a time limit or the newest stored step scores padding
+that never ran, so the critics do not fit it (`td_rows`). The loop builds its replay with
 `agent.replay_n_step`, which is `chunk_len` here, so `replay.sample` yields exactly these sequences.
 Everything else is SAC's (subclassed): networks, temperature, precision, pixels.
 
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from robotrl.agents.base import masked_mean
 from robotrl.agents.sac import SAC, SACConfig, TanhGaussianActor
 from robotrl.data.replay import Batch, SequenceBatch
 from robotrl.data.spec import ObsSpec, check_obs
@@ -268,6 +271,11 @@ class ChunkCritic(SAC):
         steps = batch.valid[:, : self.plan_len].repeat_interleave(self.action_dim, dim=1)
         return rows.unsqueeze(-1) & steps
 
+    def td_rows(self, batch: Batch) -> torch.Tensor:
+        """The sequences not `cut` short (SequenceBatch): a cut one's critic input holds padding that was never
+        executed, while its target bootstraps as if the policy took over at the cut."""
+        return ~batch.cut
+
     def _critic_loss(self, features: torch.Tensor, batch: Batch, alpha: torch.Tensor, next_features: torch.Tensor):
         """The chunk critic's TD loss, and with decoupled chunks the partial critic's distillation loss."""
         critic_loss, q = super()._critic_loss(features, batch, alpha, next_features)
@@ -282,7 +290,7 @@ class ChunkCritic(SAC):
         error = chunk_q - self._q(self.partial_critic, features, self.policy_action(batch))  # [N, B, 1]
         tau = self.cfg.distill_expectile
         weight = torch.where(error < 0, 1.0 - tau, tau)
-        return (weight * error.pow(2)).mean(dim=(1, 2)).sum()
+        return masked_mean(weight * error.pow(2), self.td_rows(batch)).sum()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """SAC's update on whole chunks: the critic regresses Q(s_t, chunk) on the masked h'-step return

@@ -20,6 +20,7 @@ from robotrl.agents.base import (
     check_finite,
     check_layer_widths,
     make_adam,
+    masked_mean,
     mixed_precision,
 )
 from robotrl.data.replay import Batch
@@ -337,8 +338,12 @@ class SAC(Agent):
         """The critics' TD loss and their values for the batch's actions ([N, B, 1], detached)."""
         target = self.td_target(batch, alpha, next_features)
         q = self._q(self.critic, features, self.batch_action(batch))
-        critic_loss = 0.5 * (q - target).pow(2).mean(dim=(1, 2)).sum()
+        critic_loss = 0.5 * masked_mean((q - target).pow(2), self.td_rows(batch)).sum()
         return critic_loss, q.detach()
+
+    def td_rows(self, batch: Batch) -> torch.Tensor | None:
+        """[B] bool: the transitions whose TD target the critic fits; None: all of them."""
+        return None
 
     def _actor_loss(
         self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch, next_features: torch.Tensor

@@ -42,11 +42,17 @@ class SequenceBatch(Batch):
     step; `valid` marks the steps it keeps (step 0 always), `count` of them. `reward` is their discounted
     sum, `discount` is gamma^count * (1 - terminated) and `next_obs` the observation after the last kept
     step: the h-step backup of a critic that scores the whole action sequence. `action` is step 0's.
+
+    A sequence that ends at a termination is as good as whole: whatever actions pad it change nothing. One
+    `cut` short otherwise (by a time limit, the end of a stored segment or the newest stored step) scores
+    padding that was never executed while its target bootstraps as if the policy took over at the cut, so
+    a critic of whole sequences must not fit it (the last L-1 starts of every timed-out episode).
     """
 
     actions: torch.Tensor  # [B, L, A]; steps past the sequence's end repeat its last kept action
     rewards: torch.Tensor  # [B, L]; 0 where not valid
     valid: torch.Tensor  # [B, L] bool
+    cut: torch.Tensor  # [B] bool: fewer than L steps kept, and the last of them not a termination
 
 
 class ReplayBuffer:
@@ -159,7 +165,10 @@ class ReplayBuffer:
         reward = self.reward[row, env].unsqueeze(-1)
         discount = self.gamma * (~self.terminated[row, env]).float()
         valid = torch.ones(batch_size, 1, dtype=torch.bool, device=self.device)
-        return SequenceBatch(obs, action, reward, discount.unsqueeze(-1), next_obs, action.unsqueeze(1), reward, valid)
+        cut = torch.zeros(batch_size, dtype=torch.bool, device=self.device)
+        return SequenceBatch(
+            obs, action, reward, discount.unsqueeze(-1), next_obs, action.unsqueeze(1), reward, valid, cut
+        )
 
     def sample_sequences(self, batch_size: int, length: int) -> SequenceBatch:
         """Uniform start transitions, each with the sequence of up to `length` steps that follows it."""
@@ -179,10 +188,12 @@ class ReplayBuffer:
         rewards = self.reward[rows, envs] * valid
         gamma_powers = self.gamma ** steps.float()
         reward = (rewards * gamma_powers).sum(1, keepdim=True)
-        discount = self.gamma ** count.float() * (~self.terminated[last, env]).float()
+        terminated = self.terminated[last, env]
+        discount = self.gamma ** count.float() * (~terminated).float()
+        cut = (count < length) & ~terminated
         obs, next_obs = self._observations(row, env, last)
         actions = self.action[padded_rows, envs]
-        return SequenceBatch(obs, actions[:, 0], reward, discount.unsqueeze(-1), next_obs, actions, rewards, valid)
+        return SequenceBatch(obs, actions[:, 0], reward, discount.unsqueeze(-1), next_obs, actions, rewards, valid, cut)
 
     def _observations(self, row: torch.Tensor, env: torch.Tensor, last: torch.Tensor) -> tuple[Obs, Obs]:
         """The observations of transitions (`row`, `env`) and the next observations of (`last`, `env`)."""
