@@ -82,7 +82,7 @@ def masked_mean(errors: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor
     keeps, or over all of them (None); 0 (still differentiable) when it keeps none."""
     if rows is None:
         return errors.mean(dim=(1, 2))
-    weight = rows.to(errors.dtype).view(1, -1, 1)
+    weight = rows.to(torch.float32).view(1, -1, 1)  # counts above 256 are not exact in bfloat16
     return (errors * weight).sum(dim=(1, 2)) / weight.sum().clamp(min=1.0)
 
 
