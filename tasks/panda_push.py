@@ -32,7 +32,6 @@ class PandaPush(ArmTask):
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
         self.goal = torch.zeros(num_envs, 2, device=self.device)
-        self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
 
     @property
     def obs_spec(self) -> dict[str, TensorSpec]:
@@ -60,7 +59,6 @@ class PandaPush(ArmTask):
         self.backend.set_free_body_pose(env_ids, "puck", puck, upright)
         self.backend.set_mocap_pose(env_ids, "goal", torch.cat([goal, torch.full((k, 1), 0.001)], -1))
         self.goal[env_ids] = goal.to(self.device)
-        self._phase[env_ids] = 0
 
     @staticmethod
     def _in_workspace(xy: torch.Tensor) -> torch.Tensor:
@@ -93,9 +91,15 @@ class PandaPush(ArmTask):
         return reward, success, torch.zeros_like(success)
 
     def expert_motion(self) -> torch.Tensor:
-        """Scripted expert: hover behind the puck on the goal line -> lower -> push along the line.
+        """Scripted expert: go behind the puck on the goal line, lower, push along the line.
 
-        Falls back to hovering whenever the tool point drifts off the line behind the puck.
+        A function of the state alone (no phase kept between steps), so behaviour cloning sees one action
+        per state: an expert that remembers whether it is lowering or climbing back up shows both, up and
+        down, in the same place behind the puck, and a policy fit to both stalls there.
+        - on the line behind the puck at push height: push towards the goal;
+        - behind the puck, clear of it (or already at push height, where the puck is in front): move to
+          the push start at push height, lowering and aligning at once;
+        - elsewhere: hover above the push start, climbing first where the puck is close below.
         """
         puck = self.puck_pos()
         ee = self.ee_pos()
@@ -106,15 +110,18 @@ class PandaPush(ArmTask):
         offset = ee[:, :2] - puck[:, :2]
         along = (offset * direction).sum(-1)
         across = (offset - along.unsqueeze(-1) * direction).norm(dim=-1)
-        on_line = (across < 0.012) & (along < -PUCK_RADIUS + 0.005)
-        phase = self._phase
-        # phase 0: hover behind the puck; 1: lower; 2: push (and back to 0 when off the line)
+        low = ee[:, 2] < PUSH_HEIGHT + 0.012
+        pushing = low & (across < 0.012) & (along < -PUCK_RADIUS + 0.005)
+        aligning = (across < 0.03) & ((along < -PUCK_RADIUS - 0.015) | (low & (along < -PUCK_RADIUS + 0.005)))
+        climbing = (ee[:, 2] < 0.06) & (offset.norm(dim=-1) < 0.06)  # near the puck and not behind it: up first
+        push_height = torch.full_like(distance, PUSH_HEIGHT)
+        push = torch.cat([behind + direction * distance.clamp(max=0.04), push_height], -1)
+        start = torch.cat([behind, push_height], -1)
         hover = torch.cat([behind, torch.full_like(distance, 0.08)], -1)
-        lowered = torch.cat([behind, torch.full_like(distance, PUSH_HEIGHT)], -1)
-        push = torch.cat([behind + direction * distance.clamp(max=0.04), torch.full_like(distance, PUSH_HEIGHT)], -1)
-        target = torch.where((phase == 0).unsqueeze(-1), hover, torch.where((phase == 1).unsqueeze(-1), lowered, push))
-        error = (target - ee).norm(dim=-1)
-        advance = ((phase == 0) & (error < 0.01)) | ((phase == 1) & (error < 0.008))
-        phase = torch.where(advance, phase + 1, phase)
-        self._phase = torch.where((phase == 2) & ~on_line, torch.zeros_like(phase), phase)
+        climb = torch.cat([ee[:, :2], torch.full_like(distance, 0.08)], -1)
+        target = torch.where(
+            pushing.unsqueeze(-1),
+            push,
+            torch.where(aligning.unsqueeze(-1), start, torch.where(climbing.unsqueeze(-1), climb, hover)),
+        )
         return ((target - ee) / self.cfg.max_ee_step).clamp(-1.0, 1.0)
