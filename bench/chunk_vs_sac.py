@@ -185,17 +185,20 @@ def demos_dir(workdir: Path, task: str, seed: int) -> Path:
 
 
 def ensure_demos(workdir: Path, task: str, seed: int, episodes: int) -> None:
-    """Record the scripted demonstrations a (task, seed) trains with, unless `workdir` holds all of them."""
+    """Record the scripted demonstrations a (task, seed) trains with, unless `workdir` holds all of them,
+    recorded by the same code (a changed scripted expert records other demonstrations)."""
     from robotrl.data.dataset import DatasetError, EpisodeDataset
 
-    path = demos_dir(workdir, task, seed)
+    path, code = demos_dir(workdir, task, seed), source_digest()
+    stamp = path / CODE_STAMP
     try:
-        if len(EpisodeDataset.open(path)) == episodes:
+        if len(EpisodeDataset.open(path)) == episodes and stamp.exists() and stamp.read_text().strip() == code:
             return
     except DatasetError:
         pass
     shutil.rmtree(path, ignore_errors=True)
     record_scripted_demos(task, path, episodes, seed, reward="sparse")
+    stamp.write_text(code + "\n")
 
 
 def mean_curve(curves: list[dict[int, float]]) -> list[tuple[int, float]]:

@@ -80,3 +80,23 @@ def test_the_code_digest_follows_the_contents_of_what_a_run_executes(chunk_vs_sa
     assert common.source_digest() == before
     (tmp_path / "robotrl" / "a.py").rename(tmp_path / "robotrl" / "b.py")
     assert common.source_digest() != before  # a moved file is other code
+
+
+def test_kept_demonstrations_are_recorded_again_when_the_code_changed(chunk_vs_sac, tmp_path):
+    """Demonstrations come from the task's scripted expert: ones a changed expert recorded are not reused."""
+    path = chunk_vs_sac.demos_dir(tmp_path, "panda_reach", 1)
+    chunk_vs_sac.ensure_demos(tmp_path, "panda_reach", 1, 2)
+    stamp = path / chunk_vs_sac.CODE_STAMP
+    assert stamp.read_text().strip() == chunk_vs_sac.source_digest()
+    marker = path / "marker"
+    marker.write_text("kept\n")
+    chunk_vs_sac.ensure_demos(tmp_path, "panda_reach", 1, 2)
+    assert marker.exists()  # the same code: read again
+    stamp.write_text("0" * 64 + "\n")
+    chunk_vs_sac.ensure_demos(tmp_path, "panda_reach", 1, 2)
+    assert not marker.exists()  # other code: recorded anew
+    assert stamp.read_text().strip() == chunk_vs_sac.source_digest()
+    stamp.unlink()  # kept before demonstrations were stamped
+    marker.write_text("kept\n")
+    chunk_vs_sac.ensure_demos(tmp_path, "panda_reach", 1, 2)
+    assert not marker.exists() and stamp.exists()
