@@ -156,6 +156,45 @@ def _peg_run(offset: float) -> tuple[float, bool]:
     return lowest, won
 
 
+def _push_state(task, env_id: int) -> tuple:
+    joints = task.robot.joints
+    backend = task.backend
+    pos, quat = backend.body_pose("puck")
+    return (
+        backend.joint_pos(joints)[env_id],
+        backend.joint_vel(joints)[env_id],
+        pos[env_id],
+        quat[env_id],
+        task.goal[env_id].clone(),
+    )
+
+
+def _set_push_state(task, env_id: int, state: tuple) -> None:
+    qpos, qvel, puck_pos, puck_quat, goal = state
+    ids = torch.tensor([env_id])
+    task.backend.set_joint_state(ids, task.robot.joints, qpos[None], qvel[None])
+    task.backend.set_free_body_pose(ids, "puck", puck_pos[None], puck_quat[None])
+    task.goal[env_id] = goal
+    task.backend.forward(ids)
+
+
+def test_push_expert_acts_on_the_state_alone():
+    """Put in env 0's state, env 1 (holding still since its reset) gets env 0's expert action, at every
+    step of env 0's episode. An expert that remembers a phase (lowering, or climbing back up to its hover point)
+    shows a policy cloned from it two actions in one state, and the policy stalls there (session 20)."""
+    env = _env("panda_push", num_envs=2)
+    task = env.task
+    env.reset(seed=0)
+    for step in range(60):
+        task.backend.forward()  # poses from the state itself (after a step they lag the integration)
+        own = _push_state(task, 1)
+        _set_push_state(task, 1, _push_state(task, 0))
+        probe = task.expert_motion()
+        assert torch.allclose(probe[0], probe[1], atol=1e-5), f"step {step}: {probe.tolist()}"
+        _set_push_state(task, 1, own)
+        env.step(task.expert_action() * torch.tensor([[1.0], [0.0]]))  # env 1 holds still: another history
+
+
 def test_peg_goes_in_only_when_aligned_with_the_hole():
     lowest, won = _peg_run(0.0)
     assert won and lowest < 0.01
