@@ -6,6 +6,7 @@ wrong type fails at start-up with the key's name instead of surfacing mid-run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,10 @@ class TrainConfig:
     # null (the default) keeps `task.backend` (mujoco unless the task config says otherwise).
     backend: str | None = None
     replay_capacity: int = 1_000_000
+    # Hindsight relabelling (HER's "future" goals): the share of sampled transitions or sequences that ask
+    # for a goal their episode reached later, rewards and success recomputed (robotrl/data/hindsight.py).
+    # 0 (the default) is off; 0.8 is HER's 4 relabelled goals per real one. Goal-conditioned tasks only.
+    her_ratio: float = 0.0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     log_interval: int = 1_000
@@ -64,6 +69,8 @@ class TrainConfig:
                 f"learning_starts ({self.learning_starts}) must be below total_steps ({self.total_steps}): "
                 "the run would end before its first update"
             )
+        if not (math.isfinite(self.her_ratio) and 0.0 <= self.her_ratio <= 1.0):
+            raise ValueError(f"her_ratio must be in [0, 1], got {self.her_ratio}")
         _check_device(self.device)
         _check_backend("backend", self.backend, self.task)
         if self.backend is not None:

@@ -11,6 +11,7 @@ import math
 import torch
 from robotrl.tasks.arm_task import ArmTask
 
+from robotrl.data.hindsight import GoalSpec
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs
 
@@ -79,16 +80,28 @@ class PandaPush(ArmTask):
         return obs
 
     def evaluate(self):
-        puck = self.puck_pos()
-        distance = (self.goal - puck[:, :2]).norm(dim=-1)
+        reward, success = self.outcome(self.puck_pos(), self.ee_pos(), self.goal)
+        return reward, success, torch.zeros_like(success)
+
+    def outcome(self, puck: torch.Tensor, ee: torch.Tensor, goal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(reward, success) [...] with the puck at `puck` [..., 3], the tool point at `ee` [..., 3] and the
+        goal at `goal` [..., 2]: the live state's, or a stored one's under another goal (goal_spec)."""
+        distance = (goal - puck[..., :2]).norm(dim=-1)
         success = distance < self.cfg.success_threshold
         if self.cfg.reward == "sparse":
-            reward = success.float() - 1.0
-        else:  # get behind the puck, then bring it to the goal
-            reach = 1.0 - torch.tanh(10.0 * (puck - self.ee_pos()).norm(dim=-1))
-            push = 1.0 - torch.tanh(5.0 * distance)
-            reward = (0.2 * reach + push + success.float()) / 2.2
-        return reward, success, torch.zeros_like(success)
+            return success.float() - 1.0, success
+        reach = 1.0 - torch.tanh(10.0 * (puck - ee).norm(dim=-1))  # get behind the puck, then bring it to the goal
+        push = 1.0 - torch.tanh(5.0 * distance)
+        return (0.2 * reach + push + success.float()) / 2.2, success
+
+    def goal_spec(self) -> GoalSpec:
+        """The goal is where the puck should be in the plane (hindsight relabelling, data/hindsight.py)."""
+        return GoalSpec(
+            achieved=lambda obs: obs["puck_pos"][..., :2],
+            with_goal=lambda obs, goal: {**obs, "goal": goal, "puck_to_goal": goal - obs["puck_pos"][..., :2]},
+            success=lambda obs, goal: self.outcome(obs["puck_pos"], obs["ee_pos"], goal)[1],
+            reward=lambda obs, goal: self.outcome(obs["puck_pos"], obs["ee_pos"], goal)[0],
+        )
 
     def expert_motion(self) -> torch.Tensor:
         """Scripted expert: go behind the puck on the goal line, lower, push along the line.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from robotrl.tasks.arm_task import ArmTask
 
+from robotrl.data.hindsight import GoalSpec
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs
 
@@ -35,10 +36,24 @@ class PandaReach(ArmTask):
         return obs
 
     def evaluate(self):
-        distance = (self.ee_pos() - self.target).norm(dim=-1)
-        success = distance < self.cfg.success_threshold
-        reward = -distance if self.cfg.reward == "dense" else success.float() - 1.0
+        reward, success = self.outcome(self.ee_pos(), self.target)
         return reward, success, torch.zeros_like(success)
+
+    def outcome(self, ee: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(reward, success) [...] with the tool point at `ee` [..., 3] and the target at `target` [..., 3]:
+        the live state's, or a stored one's under another target (goal_spec)."""
+        distance = (ee - target).norm(dim=-1)
+        success = distance < self.cfg.success_threshold
+        return (-distance if self.cfg.reward == "dense" else success.float() - 1.0), success
+
+    def goal_spec(self) -> GoalSpec:
+        """The goal is the target the tool point should reach (hindsight relabelling, data/hindsight.py)."""
+        return GoalSpec(
+            achieved=lambda obs: obs["ee_pos"],
+            with_goal=lambda obs, goal: {**obs, "target": goal, "to_target": goal - obs["ee_pos"]},
+            success=lambda obs, goal: self.outcome(obs["ee_pos"], goal)[1],
+            reward=lambda obs, goal: self.outcome(obs["ee_pos"], goal)[0],
+        )
 
     def expert_motion(self) -> torch.Tensor:
         """Scripted expert: head straight for the target at up to full speed."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from robotrl.data.hindsight import Hindsight
 from robotrl.data.spec import ObsSpec, TensorSpec, check_obs
 from robotrl.runtime.memory import tensor_bytes
 
@@ -103,6 +104,7 @@ class ReplayBuffer:
         self.pos = 0  # next row to write
         self.full = False
         self._gamma_powers = gamma ** torch.arange(n_step, device=self.device, dtype=torch.float32)
+        self.hindsight: Hindsight | None = None  # goal relabelling at sampling time, set by the run
 
     def committed_bytes(self, stored: int, device: torch.device) -> int:
         """Bytes this buffer holds on `device` once `stored` transitions were written; built on the meta device,
@@ -158,7 +160,7 @@ class ReplayBuffer:
     def sample(self, batch_size: int) -> SequenceBatch:
         """Uniform transitions with `n_step` returns; each also carries its `n_step`-step action sequence."""
         row, env = self._sample_index(batch_size)
-        if self.n_step > 1:
+        if self.n_step > 1 or self.hindsight is not None:
             return self.sequences_at(row, env, self.n_step)
         obs, next_obs = self._observations(row, env, row)
         action = self.action[row, env]
@@ -178,20 +180,29 @@ class ReplayBuffer:
         return self.sequences_at(row, env, length)
 
     def sequences_at(self, row: torch.Tensor, env: torch.Tensor, length: int) -> SequenceBatch:
-        """The sequences starting at stored rows `row` of envs `env` ([B] long tensors), see SequenceBatch."""
+        """The sequences starting at stored rows `row` of envs `env` ([B] long tensors), see SequenceBatch;
+        with `hindsight`, some of them asking for a goal their episode achieved later (data/hindsight.py)."""
         rows, valid, count = self._sequence_rows(row, env, length)
         envs = env.unsqueeze(1)
+        if self.hindsight is None:
+            rewards, terminal = self.reward[rows, envs], self.terminated[rows, envs]
+        else:
+            picked, goal, valid, rewards, terminal = self.hindsight.relabel(self, row, env, rows, valid)
+            count = valid.sum(1)
         last_step = (count - 1).unsqueeze(1)
         last = rows.gather(1, last_step).squeeze(1)
         steps = torch.arange(length, device=self.device)
         padded_rows = rows.gather(1, torch.minimum(steps.unsqueeze(0), last_step))  # pad: repeat the last action
-        rewards = self.reward[rows, envs] * valid
+        rewards = rewards * valid
         gamma_powers = self.gamma ** steps.float()
         reward = (rewards * gamma_powers).sum(1, keepdim=True)
-        terminated = self.terminated[last, env]
+        terminated = terminal.gather(1, last_step).squeeze(1)
         discount = self.gamma ** count.float() * (~terminated).float()
         cut = (count < length) & ~terminated
         obs, next_obs = self._observations(row, env, last)
+        if self.hindsight is not None:
+            relabel = self.hindsight.with_goal
+            obs, next_obs = relabel(obs, picked, goal), relabel(next_obs, picked, goal)
         actions = self.action[padded_rows, envs]
         return SequenceBatch(obs, actions[:, 0], reward, discount.unsqueeze(-1), next_obs, actions, rewards, valid, cut)
 

@@ -17,10 +17,12 @@ import torch
 from robotrl.agents import make_agent
 from robotrl.config import TrainConfig
 from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.hindsight import Hindsight
 from robotrl.data.mixer import MixedReplay, RatioSchedule
 from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import pixel_keys
 from robotrl.hil.intervention import InterventionEnv
+from robotrl.hil.scripted_operator import find_task
 from robotrl.hil.setup import ends_at_success, env_task, load_demos, wrap_for_hil
 from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import kept_checkpoint_note, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -103,14 +105,38 @@ def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> Rep
     """The run's replay: a FrameReplay (each frame stored once) for pixel observations, else a plain
     ReplayBuffer; with demonstrations or an operator, that buffer online mixed with an offline one."""
     check_replay_fits(cfg, env, n_step, device)
+    hindsight = make_hindsight(cfg, env)
     online = _buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, device)
+    online.hindsight = hindsight
     if not cfg.hil.mixes_offline:
         return online
     offline = _buffer(cfg, env, cfg.hil.offline_capacity, 1, n_step, device)
+    offline.hindsight = hindsight  # demonstrations and corrections are relabelled alike
     hil = cfg.hil
     return MixedReplay(
         online, offline, RatioSchedule(hil.offline_ratio, hil.offline_ratio_final, hil.offline_ratio_steps)
     )
+
+
+def make_hindsight(cfg: TrainConfig, env) -> Hindsight | None:
+    """The run's goal relabelling (`her_ratio` > 0), from its task's GoalSpec; None when off. Refused where
+    a relabelled reward could not be computed: a task without a goal, pixels, a learned reward."""
+    if cfg.her_ratio == 0:
+        return None
+    task = find_task(env)
+    if task is None or not hasattr(task, "goal_spec"):
+        raise ValueError(
+            f"her_ratio={cfg.her_ratio}: task {env.name!r} has no goal to relabel (goal-conditioned tasks "
+            "define goal_spec(): panda_reach, panda_push); set her_ratio=0"
+        )
+    if pixel_keys(env.obs_spec):
+        raise ValueError(f"her_ratio={cfg.her_ratio}: hindsight relabelling needs state observations, not pixels")
+    if cfg.hil.reward_classifier:
+        raise ValueError(
+            f"her_ratio={cfg.her_ratio}: a learned reward (hil.reward_classifier) cannot be recomputed for "
+            "another goal; set her_ratio=0"
+        )
+    return Hindsight(task.goal_spec(), cfg.her_ratio, task.episode_steps, ends_at_success(cfg.task))
 
 
 def check_replay_fits(cfg: TrainConfig, env, n_step: int, device: torch.device) -> None:
