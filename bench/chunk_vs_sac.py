@@ -5,7 +5,7 @@ the same settings apart from the agent.
                                  [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
                                  [--execution open_loop] [--noise-correlation 0] [--policy-chunk-len K]
                                  [--entropy-per-dim -1]
-                                 [--obs-norm] [--jobs 2]
+                                 [--obs-norm] [--her-ratio 0] [--jobs 2]
                                  [--workdir DIR] [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
@@ -115,7 +115,11 @@ def agent_overrides(agent: str, task: str, args) -> list[str]:
     plan = args.policy_chunk_len or args.chunk_len
     dims = action_dim(task) * (plan if agent == "chunk" else 1)
     entropy = f"agent.target_entropy={args.entropy_per_dim * dims:g}"
-    shared = [entropy, *(["agent.obs_norm=true"] if args.obs_norm else [])]
+    shared = [
+        entropy,
+        *(["agent.obs_norm=true"] if args.obs_norm else []),
+        *([f"her_ratio={args.her_ratio:g}"] if args.her_ratio else []),
+    ]
     if agent == "chunk":
         return [
             "agent=chunk",
@@ -255,6 +259,12 @@ def main() -> None:
             action="store_true",
             help="both agents standardise their state features with running statistics (agent.obs_norm)",
         )
+        p.add_argument(
+            "--her-ratio",
+            type=float,
+            default=0.0,
+            help="both agents relabel this share of their samples with goals reached later (her_ratio; push only)",
+        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
         p.add_argument(
             "--workdir",
@@ -292,6 +302,7 @@ def main() -> None:
         "policy_chunk_len": args.policy_chunk_len,
         "entropy_per_dim": args.entropy_per_dim,
         "obs_norm": args.obs_norm,
+        "her_ratio": args.her_ratio,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
     ratios = []
@@ -305,11 +316,11 @@ def main() -> None:
             for task in tasks:
                 for seed in seeds:
                     ensure_demos(workdir, task, seed, args.demos)
-        runs = {
+        runs = {  # seed by seed, both agents' runs side by side: a stopped bench leaves whole pairs
             (task, agent, seed): pool.submit(success_curve, agent, task, seed, args, workdir)
             for task in tasks
-            for agent in ("sac", "chunk")
             for seed in seeds
+            for agent in ("sac", "chunk")
         }
         for task in tasks:
             result: dict = {}
