@@ -73,6 +73,15 @@ the chunk critic's at 35k (final 0.8/0.7): push's steps_ratio **1.13** (saved). 
 (0.67 against 0.50 at 12k, 0.63 against 0.38 at 15k) and both then plateau at 0.6-0.8, so a first crossing of
 80% measures the plateau's noise more than the learning speed. About 80 minutes for the two chunk runs and
 70 for SAC's two on 2 cores.
+Session 20: most failures of those policies were stalls (tool on the line behind the puck, 3-10 cm up, the puck
+5-10 cm short): the phased scripted expert climbed back to its hover point and lowered again in the same
+place, so its demos showed both there. With the state-based expert's demos (ba43126) and the same settings
+(seeds 1-2), the chunk critic's mean curve first reaches 80% at 35k again (0.53 at 12k, 0.70 at 19k; final
+0.87/0.63) and SAC's at 48k (0.30 at 12k, 0.48 at 19k; final 0.73/0.70): push's steps_ratio **0.73** (saved).
+The chunk critic's curve is above SAC's from 8k to 40k, but both still sit at 0.5-0.8 for most of the run;
+the final chunk policy of seed 1 succeeds on 76 of 100 fresh episodes, its failures now mostly pucks pushed
+5-20 cm beside the goal, which neither agent learns to correct. `--her-ratio` (both agents, hindsight
+relabelling) is not measured yet.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
