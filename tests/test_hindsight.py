@@ -55,9 +55,9 @@ def _buffer(n_step, ratio=1.0, terminal_success=True, capacity=1000, window=50):
 EPISODES = [(6, "truncated"), (4, "terminated"), (7, "truncated"), (3, "terminated"), (5, "truncated")]
 
 
-def _episode_end(episodes, e, written):
-    """The position episode e's last stored step reaches (the newest row cuts the last one written)."""
-    return 100.0 * e + min(episodes[e][0], written)
+def _episode_end(e):
+    """The position episode e's last step reaches."""
+    return 100.0 * e + EPISODES[e][0]
 
 
 @pytest.mark.parametrize("capacity", [1000, 18])  # 18: the ring wrapped inside an episode, the oldest are gone
@@ -67,7 +67,7 @@ def test_relabelled_goals_come_from_the_start_or_later_in_the_same_episode(capac
     batch = buf.sample(4000)
     start, goal = batch.obs["pos"][:, 0], batch.obs["goal"][:, 0]
     episode = torch.div(start, 100, rounding_mode="floor")
-    ends = torch.tensor([_episode_end(EPISODES, int(e), 10**6) for e in episode])
+    ends = torch.tensor([_episode_end(int(e)) for e in episode])
     assert (goal > start).all() and (goal <= ends).all()  # reached by the start's own step or a later one
     assert torch.equal(torch.div(goal - 1, 100, rounding_mode="floor"), episode)  # never another episode's
     assert torch.equal(batch.obs["to_goal"][:, 0], goal - start)  # derived entries follow the goal
@@ -85,7 +85,7 @@ def test_relabelled_sequences_are_rewarded_and_end_for_their_goal(terminal_succe
     for i in range(len(batch.reward)):
         start, goal = float(batch.obs["pos"][i, 0]), float(batch.obs["goal"][i, 0])
         e = int(start // 100)
-        to_end = int(_episode_end(EPISODES, e, 10**6) - start)  # steps left in the stored episode
+        to_end = int(_episode_end(e) - start)  # steps left in the stored episode
         hit = int(goal - start) - 1  # the step whose next observation is at the goal
         stored_end = EPISODES[e][1] == "terminated"
         if terminal_success:
