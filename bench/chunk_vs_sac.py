@@ -80,8 +80,9 @@ place, so its demos showed both there. With the state-based expert's demos (ba43
 0.87/0.63) and SAC's at 48k (0.30 at 12k, 0.48 at 19k; final 0.73/0.70): push's steps_ratio **0.73** (saved).
 The chunk critic's curve is above SAC's from 8k to 40k, but both still sit at 0.5-0.8 for most of the run;
 the final chunk policy of seed 1 succeeds on 76 of 100 fresh episodes, its failures now mostly pucks pushed
-5-20 cm beside the goal, which neither agent learns to correct. `--her-ratio` (both agents, hindsight
-relabelling) is not measured yet.
+5-20 cm beside the goal, which neither agent learns to correct. `--her-ratio 0.8` (both agents, hindsight
+relabelling; seed 1 screened to 11-12k, ad hoc) made both slower early: chunk 0.27 at 11k (0.50 without), SAC
+0.20 at 12k (0.27 without); lower ratios are unscreened.
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
