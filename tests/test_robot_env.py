@@ -32,6 +32,12 @@ from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray
 from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
 
 RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
+# The in-process twin shares the GIL with the env and DDS, so on a loaded 2-core machine its states can come
+# 5-6 ms apart instead of 4, and the start-up check refuses the default hold_after (2 periods: 8 ms) below
+# 1.5 of that. Tests of anything but the watchdog's timing give it five periods; the default and the refusal
+# are tested on their own (test_a_killed_joint_state_publisher_..., test_a_watchdog_shorter_than_...).
+HOLD_AFTER = 5 / RATE
+WORKSPACE = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
 SPEC = load_robot_spec("panda")
 
 
@@ -50,7 +56,7 @@ def twin_running(domain_id: int):
 
 def _env(domain_id: int, **overrides) -> RobotEnv:
     cfg = RobotEnvConfig(domain_id=domain_id, control_rate_hz=RATE, connect_timeout=5.0, reset_timeout=10.0)
-    cfg.shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
+    cfg.shield = {**WORKSPACE, "hold_after": HOLD_AFTER}
     for key, value in overrides.pop("cfg", {}).items():
         setattr(cfg, key, value)
     return RobotEnv(cfg, **overrides)
@@ -185,7 +191,7 @@ def test_an_action_computed_from_an_observation_that_aged_is_not_sent():
 def test_close_brakes_a_move_still_under_way_before_it_stops_commanding():
     with twin_running(199):
         # no command timeout: nothing else would hold the arm once the env stops sending targets
-        shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "timeout": False}
+        shield = {**WORKSPACE, "hold_after": HOLD_AFTER, "timeout": False}
         env = _env(199, control="joint_delta", cfg={"close_timeout": 0.1, "shield": shield})
         env.reset()
         action = np.zeros(7)
@@ -209,7 +215,7 @@ def test_a_killed_joint_state_publisher_makes_the_shield_hold_within_two_periods
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "stop_after": 0.1}
+    shield = {**WORKSPACE, "stop_after": 0.1}
     env = _env(domain_id, control="joint_delta", cfg={"shield": shield, "connect_timeout": 60.0})
     try:
         env.reset()
@@ -241,7 +247,7 @@ def test_a_killed_joint_state_publisher_makes_the_shield_hold_within_two_periods
 
 def test_a_watchdog_shorter_than_the_joint_state_interval_is_refused_at_reset():
     with twin_running(192):
-        shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "hold_after": 0.005}
+        shield = {**WORKSPACE, "hold_after": 0.005}
         env = _env(192, control="joint_delta", cfg={"shield": shield})
         try:
             with pytest.raises(ValueError, match=r"hardware\.shield\.hold_after is 5\.0 ms but /joint_states arrives"):
@@ -299,7 +305,7 @@ def test_nan_and_out_of_range_actions_never_reach_the_command_topic():
             "/forward_position_controller/commands", Float64MultiArray, callback=lambda m: received.append(list(m.data))
         )
         # tracking_error off: its re-seed may move the setpoint back to the measured arm in one step
-        shield = {"workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9], "tracking_error": None}
+        shield = {**WORKSPACE, "hold_after": HOLD_AFTER, "tracking_error": None}
         env = _env(185, control="joint_position", cfg={"shield": shield})
         try:
             env.reset()
