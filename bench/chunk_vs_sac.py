@@ -5,7 +5,7 @@ the same settings apart from the agent.
                                  [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
                                  [--execution open_loop] [--noise-correlation 0] [--policy-chunk-len K]
                                  [--entropy-per-dim -1]
-                                 [--obs-norm] [--her-ratio 0] [--jobs 2]
+                                 [--obs-norm] [--her-ratio 0] [--pretrain-updates 0] [--jobs 2]
                                  [--workdir DIR] [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
@@ -150,6 +150,8 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
 
     run_dir = workdir / f"{task}_{agent}_s{seed}"
     setting = [*WITH_DEMOS, f"hil.demos=[{demos_dir(workdir, task, seed)}]"] if args.demos else []
+    if args.demos and args.pretrain_updates:
+        setting.append(f"hil.pretrain_updates={args.pretrain_updates}")
     overrides = [
         f"task={task}",
         *agent_overrides(agent, task, args),
@@ -275,6 +277,12 @@ def main() -> None:
             default=0.0,
             help="both agents relabel this share of their samples with goals reached later (her_ratio; push only)",
         )
+        p.add_argument(
+            "--pretrain-updates",
+            type=int,
+            default=0,
+            help="both agents' updates on the demos alone before the first env step (hil.pretrain_updates)",
+        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
         p.add_argument(
             "--workdir",
@@ -284,6 +292,8 @@ def main() -> None:
         )
 
     args = parse_args(__doc__, extra)
+    if args.pretrain_updates and not args.demos:
+        raise SystemExit(f"--pretrain-updates {args.pretrain_updates} pretrains on demos: it needs --demos > 0")
     if args.demos < 0 or args.jobs < 1 or args.seeds < 1:
         raise SystemExit(f"need --demos >= 0, --jobs >= 1, --seeds >= 1; got {args.demos}, {args.jobs}, {args.seeds}")
     tasks, seeds = args.tasks.split(","), range(1, args.seeds + 1)
@@ -295,7 +305,7 @@ def main() -> None:
     args.learning_starts = args.learning_starts or (1_000 if with_demos else 5_000)
     args.eval_interval = args.eval_interval or (1_000 if with_demos else 5_000)
     if args.quick:
-        tasks, seeds, args.demos = ["panda_reach"], range(1, 2), 0
+        tasks, seeds, args.demos, args.pretrain_updates = ["panda_reach"], range(1, 2), 0, 0
         args.steps, args.learning_starts, args.eval_interval, args.eval_episodes = 2_000, 300, 500, 3
         args.sac_steps = args.steps
     figures: dict = {
@@ -313,6 +323,7 @@ def main() -> None:
         "entropy_per_dim": args.entropy_per_dim,
         "obs_norm": args.obs_norm,
         "her_ratio": args.her_ratio,
+        "pretrain_updates": args.pretrain_updates,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
     ratios = []

@@ -253,6 +253,12 @@ def offline_rows(ratio: float, batch_size: int) -> int:
     return whole + int(fraction > 0 and float(torch.rand(())) < fraction)
 
 
+def sample_offline(offline: ReplayBuffer, batch_size: int) -> Batch:
+    """`batch_size` rows of `offline` alone, every one marked in `Batch.demo` (an agent's BC term fits them)."""
+    batch = offline.sample(batch_size)
+    return dataclasses.replace(batch, demo=torch.ones(batch_size, dtype=torch.bool, device=batch.action.device))
+
+
 def sample_mixed(
     sample_online: Callable[[int], Batch], online_size: int, offline: ReplayBuffer, ratio: float, batch_size: int
 ) -> Batch:
@@ -263,8 +269,7 @@ def sample_mixed(
     if offline_rows_wanted == 0:
         return sample_online(batch_size)
     if offline_rows_wanted == batch_size or online_size == 0:
-        batch = offline.sample(batch_size)
-        return dataclasses.replace(batch, demo=torch.ones(batch_size, dtype=torch.bool, device=batch.action.device))
+        return sample_offline(offline, batch_size)
     return concat_batches(sample_online(batch_size - offline_rows_wanted), offline.sample(offline_rows_wanted))
 
 

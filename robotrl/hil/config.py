@@ -23,6 +23,9 @@ class HILConfig:
     offline_ratio_steps: int = 0  # ... over this many env steps
     offline_capacity: int = 200_000  # transitions the offline buffer keeps (demonstrations + interventions)
     reward_classifier: str | None = None  # a robotrl-train-classifier output dir: its verdict is reward and success
+    # Offline-to-online: this many updates on the demonstrations alone before the first env step; the policy
+    # then acts from that step on (no random warm-up), while online updates still wait for learning_starts.
+    pretrain_updates: int = 0
 
     @property
     def mixes_offline(self) -> bool:
@@ -35,6 +38,12 @@ class HILConfig:
             raise ValueError(f"hil.on_disconnect must be resume or stop, got {self.on_disconnect!r}")
         if not (self.teleop_gain > 0 and math.isfinite(self.teleop_gain)):
             raise ValueError(f"hil.teleop_gain must be a finite number > 0, got {self.teleop_gain}")
+        if self.pretrain_updates < 0:
+            raise ValueError(f"hil.pretrain_updates must be >= 0, got {self.pretrain_updates}")
+        if self.pretrain_updates and not self.demos:
+            raise ValueError(
+                f"hil.pretrain_updates={self.pretrain_updates} pretrains on demonstrations, but hil.demos is empty"
+            )
         if self.offline_capacity < 1:
             raise ValueError(f"hil.offline_capacity must be >= 1, got {self.offline_capacity}")
         for path in self.demos:

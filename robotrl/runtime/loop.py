@@ -18,7 +18,7 @@ from robotrl.agents import make_agent
 from robotrl.config import TrainConfig
 from robotrl.data.frame_replay import FrameReplay
 from robotrl.data.hindsight import Hindsight
-from robotrl.data.mixer import MixedReplay, RatioSchedule
+from robotrl.data.mixer import MixedReplay, RatioSchedule, sample_offline
 from robotrl.data.replay import ReplayBuffer
 from robotrl.data.spec import pixel_keys
 from robotrl.hil.intervention import InterventionEnv
@@ -115,6 +115,26 @@ def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> Rep
     hil = cfg.hil
     return MixedReplay(
         online, offline, RatioSchedule(hil.offline_ratio, hil.offline_ratio_final, hil.offline_ratio_steps)
+    )
+
+
+def pretrain_on_demos(agent, offline: ReplayBuffer, updates: int, batch_size: int, metrics: UpdateMetrics) -> None:
+    """`updates` gradient updates on the offline buffer alone (hil.pretrain_updates), before the first env step:
+    the run starts acting with a policy and critics fit to the demonstrations (offline-to-online), instead of
+    random actions and critics that have seen nothing."""
+    if len(offline) < batch_size:
+        raise ValueError(
+            f"hil.pretrain_updates={updates}: the demonstrations hold {len(offline)} transitions, fewer than "
+            f"agent.batch_size={batch_size}"
+        )
+    start = time.perf_counter()
+    for _ in range(updates):
+        metrics.add(agent.update(sample_offline(offline, batch_size)))
+    log.info(
+        "pretrained on %d demonstration transitions: %d updates in %.0f s",
+        len(offline),
+        updates,
+        time.perf_counter() - start,
     )
 
 
@@ -256,6 +276,11 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             ckpt_root, step, agent, replay if cfg.checkpoint_replay else None, dict(counters), keep=cfg.keep_checkpoints
         )
 
+    pretrained = cfg.hil.pretrain_updates > 0  # the policy acts from the first env step
+    if pretrained and agent.num_updates == 0:  # a resumed run was pretrained before its first step
+        pretrain_on_demos(agent, replay.offline, cfg.hil.pretrain_updates, cfg.agent.batch_size, update_metrics)
+        counters["updates"] = agent.num_updates
+        writer.write(counters["env_step"], update_metrics.flush(counters["env_step"]))
     step = counters["env_step"]
     # updates start after learning_starts env steps; resumed without its replay, once the replay holds that
     # many again (at least a batch): a run must never train on a handful of rows
@@ -270,7 +295,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     last_log_time, last_log_step = time.perf_counter(), step
     try:
         while step < cfg.total_steps:
-            if step < cfg.learning_starts:
+            if step < cfg.learning_starts and not pretrained:
                 action = torch.rand(cfg.num_envs, env.action_dim) * 2.0 - 1.0
             else:
                 action = agent.act({k: v.to(device) for k, v in obs.items()}).cpu()
