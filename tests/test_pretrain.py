@@ -2,6 +2,7 @@
 after which the policy acts from the first step; real MuJoCo demos from the scripted expert."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -9,8 +10,10 @@ from hydra import compose, initialize_config_module
 from robotrl.tasks import TASK_CONFIGS, make_env
 
 from robotrl.agents import make_agent
+from robotrl.agents.base import behaviour_cloning_loss
 from robotrl.config import register_configs, to_train_config
 from robotrl.data import ReplayBuffer
+from robotrl.data.mixer import sample_offline
 from robotrl.hil.config import HILConfig
 from robotrl.hil.setup import load_demos
 from robotrl.record import RecordConfig, record
@@ -42,29 +45,35 @@ def test_bad_pretrain_settings_are_named():
     HILConfig(pretrain_updates=5, demos=["somewhere"]).validate()
 
 
-def test_pretraining_fits_the_actor_to_the_demonstrations(reach_demos):
-    cfg = _cfg("task=panda_reach", "task.reward=sparse", "agent.bc_weight=10.0", *SMALL)
+@pytest.mark.parametrize("agent_name", ["sac", "chunk"])
+def test_pretraining_clones_the_demonstrations_and_leaves_the_temperature(reach_demos, agent_name):
+    cfg = _cfg("task=panda_reach", "task.reward=sparse", f"agent={agent_name}", "agent.bc_weight=10.0", *SMALL)
     env = make_env(cfg.task, num_envs=1)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
-    offline = ReplayBuffer(env.obs_spec, env.action_dim, 1000, 1)
+    offline = ReplayBuffer(env.obs_spec, env.action_dim, 1000, 1, n_step=agent.replay_n_step, gamma=cfg.agent.gamma)
     load_demos([str(reach_demos)], offline, env.obs_spec, env.action_dim, task="panda_reach", reward="sparse")
     env.close()
-    n = len(offline)
-    obs = {k: v[:n, 0] for k, v in offline.obs.items()}
-    demo_action = offline.action[:n, 0]
+    probe = sample_offline(offline, 256)
+    every_row = torch.ones(256, dtype=torch.bool)
 
     def imitation_error() -> float:
         with torch.no_grad():
-            return float((agent.act(obs, deterministic=True) - demo_action).pow(2).mean())
+            mode = agent.actor(agent.encoder(probe.obs)).mode
+            recorded = agent.policy_action(probe)
+            return float(behaviour_cloning_loss(mode, recorded, agent.recorded_entries(probe, every_row)))
 
-    before = imitation_error()
+    before, log_alpha = imitation_error(), agent.log_alpha.detach().clone()
     metrics = UpdateMetrics()
     pretrain_on_demos(agent, offline, 300, 32, metrics)
-    assert agent.num_updates == 300
-    assert "bc_loss" in metrics.flush(0)
+    logged = metrics.flush(0)
+    assert agent.num_updates == 300 and {"bc_loss", "critic_loss", "q_mean"} <= set(logged)
+    assert math.isclose(logged["actor_loss"], logged["bc_loss"], rel_tol=1e-6)  # the actor's loss is BC alone
     assert imitation_error() < 0.3 * before
+    assert torch.equal(agent.log_alpha, log_alpha)  # the temperature is left for the online phase
+    agent.update(sample_offline(offline, 32))  # afterwards the usual update: the critic's term is back
+    assert not torch.equal(agent.log_alpha, log_alpha)
     with pytest.raises(ValueError, match=r"hil\.pretrain_updates=1: the demonstrations hold \d+ transitions, fewer"):
-        pretrain_on_demos(agent, offline, 1, n + 1, metrics)
+        pretrain_on_demos(agent, offline, 1, len(offline) + 1, metrics)
 
 
 def test_a_pretrained_run_acts_with_its_policy_from_the_first_step(tmp_path, reach_demos):

@@ -31,6 +31,12 @@ class Agent(nn.Module, ABC):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient update; returns detached 0-dim metric tensors."""
 
+    def pretrain_update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One update on demonstrations alone, before any env step (hil.pretrain_updates); every row of `batch`
+        is a demo. By default the agent's own update; an actor-critic whose actor ascends its critic imitates
+        instead (SAC), since a critic fit to the demos' actions alone rates other actions arbitrarily."""
+        return self.update(batch)
+
     @abstractmethod
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Every optimizer by a stable name, for checkpoints."""

@@ -119,9 +119,9 @@ def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> Rep
 
 
 def pretrain_on_demos(agent, offline: ReplayBuffer, updates: int, batch_size: int, metrics: UpdateMetrics) -> None:
-    """`updates` gradient updates on the offline buffer alone (hil.pretrain_updates), before the first env step:
-    the run starts acting with a policy and critics fit to the demonstrations (offline-to-online), instead of
-    random actions and critics that have seen nothing."""
+    """`updates` gradient updates on the offline buffer alone (hil.pretrain_updates), before the first env step
+    (`Agent.pretrain_update`: SAC's and the chunk critic's actors clone the demos while their critics learn
+    that policy's values): the run starts acting with them, instead of random actions and untrained critics."""
     if len(offline) < batch_size:
         raise ValueError(
             f"hil.pretrain_updates={updates}: the demonstrations hold {len(offline)} transitions, fewer than "
@@ -129,7 +129,7 @@ def pretrain_on_demos(agent, offline: ReplayBuffer, updates: int, batch_size: in
         )
     start = time.perf_counter()
     for _ in range(updates):
-        metrics.add(agent.update(sample_offline(offline, batch_size)))
+        metrics.add(agent.pretrain_update(sample_offline(offline, batch_size)))
     log.info(
         "pretrained on %d demonstration transitions: %d updates in %.0f s",
         len(offline),
