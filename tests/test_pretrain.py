@@ -46,7 +46,7 @@ def test_bad_pretrain_settings_are_named():
 
 
 @pytest.mark.parametrize("agent_name", ["sac", "chunk"])
-def test_pretraining_clones_the_demonstrations_and_leaves_the_temperature(reach_demos, agent_name):
+def test_pretraining_clones_the_demonstrations_with_the_entropy_term(reach_demos, agent_name):
     cfg = _cfg("task=panda_reach", "task.reward=sparse", f"agent={agent_name}", "agent.bc_weight=10.0", *SMALL)
     env = make_env(cfg.task, num_envs=1)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
@@ -63,15 +63,14 @@ def test_pretraining_clones_the_demonstrations_and_leaves_the_temperature(reach_
             return float(behaviour_cloning_loss(mode, recorded, agent.recorded_entries(probe, every_row)))
 
     before, log_alpha = imitation_error(), agent.log_alpha.detach().clone()
+    one = agent.pretrain_update(sample_offline(offline, 32))  # the actor's loss: BC and the entropy term, no Q
+    expected = 10.0 * one["bc_loss"] - one["alpha"] * one["entropy"]  # agent.bc_weight=10
+    assert math.isclose(one["actor_loss"], expected, rel_tol=1e-5, abs_tol=1e-6)
     metrics = UpdateMetrics()
-    pretrain_on_demos(agent, offline, 300, 32, metrics)
-    logged = metrics.flush(0)
-    assert agent.num_updates == 300 and {"bc_loss", "critic_loss", "q_mean"} <= set(logged)
-    assert math.isclose(logged["actor_loss"], logged["bc_loss"], rel_tol=1e-6)  # the actor's loss is BC alone
+    pretrain_on_demos(agent, offline, 299, 32, metrics)
+    assert agent.num_updates == 300 and {"bc_loss", "critic_loss", "q_mean", "alpha_loss"} <= set(metrics.flush(0))
     assert imitation_error() < 0.3 * before
-    assert torch.equal(agent.log_alpha, log_alpha)  # the temperature is left for the online phase
-    agent.update(sample_offline(offline, 32))  # afterwards the usual update: the critic's term is back
-    assert not torch.equal(agent.log_alpha, log_alpha)
+    assert not torch.equal(agent.log_alpha, log_alpha)  # the temperature learns during pretraining
     with pytest.raises(ValueError, match=r"hil\.pretrain_updates=1: the demonstrations hold \d+ transitions, fewer"):
         pretrain_on_demos(agent, offline, 1, len(offline) + 1, metrics)
 
