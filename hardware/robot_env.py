@@ -802,18 +802,26 @@ class RobotEnv(gym.Env):
         """Whether the setpoint came to rest within `timeout` (True at once if there is nothing to wait for)."""
         deadline = time.monotonic() + timeout
         while self._started and self._thread.is_alive():
-            with self._lock:
-                if self.shield.at_rest:
-                    return True
+            if self.at_rest:
+                return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
         return True
 
     @property
+    def at_rest(self) -> bool:
+        """The shield's setpoint has stopped, read between control periods: once True, `setpoint` is the
+        resting one (the shield's own flag, read unlocked, can change mid-period, before that period's
+        setpoint is published)."""
+        with self._lock:
+            return self.shield.at_rest
+
+    @property
     def setpoint(self) -> np.ndarray | None:
         """The last setpoint published."""
-        return None if self._last_setpoint is None else self._last_setpoint.copy()
+        with self._lock:
+            return None if self._last_setpoint is None else self._last_setpoint.copy()
 
     def close(self) -> None:
         """Send no new targets; the arm finishes its last safe move (or the command timeout holds it), and

@@ -198,9 +198,9 @@ def test_close_brakes_a_move_still_under_way_before_it_stops_commanding():
         action[0] = 1.0  # joint 1: +0.1 rad per step, far more than it covers in 0.1 s at its limits
         for _ in range(4):
             env.step(action)
-        assert not env.shield.at_rest
+        assert not env.at_rest
         env.close()
-        assert env.shield.at_rest  # braked to a standstill before the last setpoint was left to the controller
+        assert env.at_rest  # braked to a standstill before the last setpoint was left to the controller
         assert env.shield.latched == "estop"
 
 
@@ -233,7 +233,7 @@ def test_a_killed_joint_state_publisher_makes_the_shield_hold_within_two_periods
         late = period * (2 + env.stats["missed_periods"])
         assert env.max_tracked_state_age <= hold_after  # never acted on a state older than two periods
         assert len(env.stall_reactions) == stalls_before + 1 and hold_after < reaction <= hold_after + late + 1e-3
-        assert wait_until(lambda: env.shield.at_rest, timeout=2.0)  # the jerk-limited brake ends at rest
+        assert wait_until(lambda: env.at_rest, timeout=2.0)  # the jerk-limited brake ends at rest
         held = env.setpoint
         time.sleep(0.1)
         np.testing.assert_allclose(env.setpoint, held, atol=1e-12)  # and stays there

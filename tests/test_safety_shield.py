@@ -340,6 +340,36 @@ def test_hostile_sequences_never_leave_the_limits(policy_period):
     assert shield.counts["motion_error"] == 0 and shield.counts["delta_clip"] == 0  # the guards never fired
 
 
+def test_at_rest_means_the_brake_has_finished_not_a_velocity_near_zero():
+    """A stop from a workspace-cut move passes a period whose velocity is under 1e-6 rad/s while the
+    deceleration is still easing off. at_rest waits for velocity and acceleration both, and from then on the
+    setpoint never changes (reset() and a robot env's close() both rely on that)."""
+    period = 0.004
+    shield = make_shield(
+        control_period=period, stop_after=0.1, workspace_min=(0.1, -0.6, 0.05), workspace_max=(0.8, 0.6, 0.9)
+    )
+    target, now = HOME.clone(), 0.0
+    for i in range(80):
+        now += period
+        command = None
+        if i % 5 == 0:
+            target = target + 0.1
+            command = target
+        shield.filter(command, shield._output, now, now)
+    slow_but_moving, rested = 0, None
+    for _ in range(300):
+        now += period
+        out = shield.filter(None, shield._output, now - 1.0, now)  # a state far past stop_after: stopped
+        assert out.mode == "stop"
+        if rested is not None:
+            assert torch.equal(out.target, rested)
+        elif shield.at_rest:
+            rested = out.target
+        elif bool((shield.motion.velocity.abs() <= 1e-6).all()):
+            slow_but_moving += 1
+    assert rested is not None and slow_but_moving >= 1
+
+
 def test_a_released_estop_restarts_only_once_acknowledged():
     shield = make_shield()
     shield.estop(True)

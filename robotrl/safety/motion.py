@@ -103,8 +103,17 @@ class JerkLimitedMotion:
         step.failed = True
         return step
 
+    @property
+    def at_rest(self) -> bool:
+        """Velocity and acceleration are zero: a brake has finished and the position holds exactly. Velocity
+        alone is not enough: it is near zero mid-profile (the first period of a move from rest, the last of a
+        brake whose deceleration is still easing off), and the setpoint still moves after such a period."""
+        return all(abs(v) < REST for v in self._input.current_velocity) and all(
+            abs(a) < REST for a in self._input.current_acceleration
+        )
+
     def brake(self) -> MotionStep:
-        if self._at_rest():  # stay exactly still (ruckig's velocity interface drifts by ~1e-17 per step)
+        if self.at_rest:  # stay exactly still (ruckig's velocity interface drifts by ~1e-17 per step)
             self.reset(self.position)
             return MotionStep(self.position.clone())
         self._input.control_interface = self._ruckig.ControlInterface.Velocity
@@ -124,11 +133,6 @@ class JerkLimitedMotion:
         at_time = self._trajectory.at_time
         step = duration / (samples - 1)
         return np.array([at_time(step * i)[0] for i in range(samples)], dtype=np.float64)
-
-    def _at_rest(self) -> bool:
-        return all(abs(v) < REST for v in self._input.current_velocity) and all(
-            abs(a) < REST for a in self._input.current_acceleration
-        )
 
     def _solve(self, method, result_holder) -> bool:
         """Run ruckig's update or calculate with the first synchronization that works (the same choice
@@ -173,6 +177,10 @@ class StepClippedMotion:
     @property
     def velocity(self) -> torch.Tensor:
         return torch.zeros_like(self.position)
+
+    @property
+    def at_rest(self) -> bool:
+        return True  # each step jumps to its setpoint: between steps nothing moves
 
     def reseed(self, position: torch.Tensor, velocity: torch.Tensor) -> None:
         self.reset(position)

@@ -22,7 +22,6 @@ from robotrl.safety.motion import JerkLimitedMotion, MotionStep, StepClippedMoti
 from robotrl.safety.watchdog import StateAge, StateWatchdog
 from robotrl.safety.workspace import WorkspaceBox, limit_target_to_workspace
 
-REST_VELOCITY = 1e-6  # rad/s: a setpoint slower than this is at rest
 STEP_TOLERANCE = 1e-9  # relative slack before the per-step guard calls a ruckig step too long
 
 
@@ -104,8 +103,9 @@ class Shield:
 
     @property
     def at_rest(self) -> bool:
-        """The setpoint is not moving (the condition for reset() once started)."""
-        return bool((self.motion.velocity.abs() <= REST_VELOCITY).all())
+        """The setpoint has stopped and will not move while braking or holding (the condition for reset() once
+        started): velocity and acceleration both zero."""
+        return self.motion.at_rest
 
     def estop(self, active: bool) -> None:
         """The e-stop input (a std_msgs/Bool topic on hardware). Pressing latches; releasing does not unlatch:
