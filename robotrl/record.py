@@ -44,6 +44,12 @@ class RecordConfig:
     rate_hz: float | None = None  # None: 25 for a device, unthrottled for the scripted expert
     gain: float = 1.0  # device command scale
     noise: float = 0.0  # scripted: std of Gaussian noise added to the expert's actions (diverse demos)
+    # scripted: each episode first runs a uniform draw of 0..disturb_steps steps of the expert with
+    # disturb_noise added, unrecorded; the demo starts where they left the scene. Its steps are then clean
+    # expert actions taken from off-course states: recoveries with the expert's own labels (DART, Laskey et
+    # al. 2017), which `noise` cannot give (it records the noisy actions it executes).
+    disturb_steps: int = 0
+    disturb_noise: float = 1.0
     max_attempts: int | None = None  # stop after this many episodes even if fewer were kept (None: 10x episodes)
 
     def validate(self) -> None:
@@ -61,6 +67,14 @@ class RecordConfig:
             raise ValueError(f"noise must be >= 0, got {self.noise}")
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if isinstance(self.disturb_steps, bool) or not isinstance(self.disturb_steps, int) or self.disturb_steps < 0:
+            raise ValueError(f"disturb_steps must be an int >= 0, got {self.disturb_steps!r}")
+        if not self.disturb_noise >= 0:
+            raise ValueError(f"disturb_noise must be >= 0, got {self.disturb_noise}")
+        if self.disturb_steps and self.teleop != "scripted":
+            raise ValueError(
+                f"disturb_steps needs teleop=scripted (the expert drives the disturbance), got {self.teleop!r}"
+            )
 
 
 class Stop(Exception):
@@ -88,10 +102,7 @@ class Driver:
     def action(self) -> tuple[torch.Tensor, frozenset[str]]:
         """([1, A] action, events of this step)."""
         if self.device is None:
-            action = self.expert()
-            if self.cfg.noise:
-                action = action + self.cfg.noise * torch.randn(action.shape, generator=self.generator)
-            return action.clamp(-1.0, 1.0), frozenset()
+            return self._expert_action(self.cfg.noise), frozenset()
         from robotrl.hil.teleop import command_to_action
 
         command = self.device.poll()
@@ -101,6 +112,27 @@ class Driver:
         if self.to_action_frame is not None:
             action = self.to_action_frame(action)
         return action, command.events
+
+    def _expert_action(self, noise: float) -> torch.Tensor:
+        action = self.expert()
+        if noise:
+            action = action + noise * torch.randn(action.shape, generator=self.generator)
+        return action.clamp(-1.0, 1.0)
+
+    def disturb(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The observation a recorded episode starts from: `obs` (just reset), or, with disturb_steps, the one
+        after a draw of 0..disturb_steps noisy expert steps; an episode that ends during them is replaced by
+        the next, disturbed afresh."""
+        while self.cfg.disturb_steps:
+            steps = int(torch.randint(self.cfg.disturb_steps + 1, (1,), generator=self.generator))
+            for _ in range(steps):
+                result = self.env.step(self._expert_action(self.cfg.disturb_noise))
+                obs = result.obs  # the next episode's first observation where this one ended
+                if (result.terminated | result.truncated).any():
+                    break
+            else:
+                return obs
+        return obs
 
     def close(self) -> None:
         if self.device is not None:
@@ -125,7 +157,7 @@ def record(cfg: RecordConfig, out: Path) -> dict[str, Any]:
     attempts_left = cfg.max_attempts or 10 * cfg.episodes
     kept = attempts = 0
     reason = "done"
-    recorder.start(env.reset(seed=cfg.seed))
+    recorder.start(driver.disturb(env.reset(seed=cfg.seed)))
     next_tick = time.monotonic()
     try:
         while kept < cfg.episodes and attempts < attempts_left:
@@ -137,7 +169,10 @@ def record(cfg: RecordConfig, out: Path) -> dict[str, Any]:
             if {"reset", "failure", "success"} & events and not (result.terminated | result.truncated).any():
                 result.truncated = torch.ones(1, dtype=torch.bool)  # the operator ends the episode here
                 result.obs = env.reset()
-            for episode in recorder.step(action, result):
+            finished = recorder.step(action, result)
+            if finished and cfg.disturb_steps:
+                recorder.start(driver.disturb(result.obs))
+            for episode in finished:
                 attempts += 1
                 wanted = episode.success_any if cfg.keep == "success" else "failure" not in events
                 if wanted:

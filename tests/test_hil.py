@@ -429,6 +429,52 @@ def test_training_with_demos_and_the_scripted_operator(tmp_path):
     assert bad.returncode != 0 and "recorded on task 'panda_pick_cube', this run trains 'panda_reach'" in output
 
 
+def _push_demos(out, **settings):
+    from robotrl.record import RecordConfig, record
+
+    task = TASK_CONFIGS["panda_push"](name="panda_push", reward="sparse", terminate_on_success=True)
+    record(RecordConfig(task=task, teleop="scripted", episodes=6, seed=3, keep="success", **settings), out)
+    return EpisodeDataset.open(out).load_all()
+
+
+def _mean_sq_action_change(episodes) -> float:
+    return float(torch.cat([e.action.diff(dim=0).pow(2).sum(-1) for e in episodes]).mean())
+
+
+def test_disturbed_scripted_demos_start_off_course_and_record_only_the_experts_clean_actions(tmp_path):
+    """disturb_steps: each demo begins after up to that many unrecorded noisy expert steps, so its first
+    state is one the expert's own episodes never start from (arm moving); what is recorded is the expert's
+    noise-free recovery, as smooth step to step as undisturbed demos, where noise=1 records its noise."""
+    plain = _push_demos(tmp_path / "plain")
+    disturbed = _push_demos(tmp_path / "disturbed", disturb_steps=30, disturb_noise=1.0)
+    noisy = _push_demos(tmp_path / "noisy", noise=1.0)
+    assert all(e.success.any() for e in disturbed) and all(e.intervention.all() for e in disturbed)
+    assert all(bool((e.obs["arm_qvel"][0] == 0).all()) for e in plain)  # a reset starts at rest
+    moving = [bool((e.obs["arm_qvel"][0].abs() > 0.05).any()) for e in disturbed]
+    assert sum(moving) >= 3, moving
+    smooth, rough = _mean_sq_action_change(plain), _mean_sq_action_change(noisy)
+    assert _mean_sq_action_change(disturbed) < 2 * smooth < rough / 4, (smooth, rough)
+    again = _push_demos(tmp_path / "again", disturb_steps=30, disturb_noise=1.0)  # the recorder's seed decides
+    assert all(torch.equal(a.action, b.action) for a, b in zip(disturbed, again, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"disturb_steps": -1}, "disturb_steps must be an int >= 0, got -1"),
+        ({"disturb_steps": True}, "disturb_steps must be an int >= 0, got True"),
+        ({"disturb_noise": float("nan")}, "disturb_noise must be >= 0, got nan"),
+        ({"disturb_steps": 5, "teleop": "keyboard"}, "disturb_steps needs teleop=scripted"),
+    ],
+)
+def test_record_refuses_a_bad_disturbance(settings, match):
+    from robotrl.record import RecordConfig
+
+    task = TASK_CONFIGS["panda_push"](name="panda_push")
+    with pytest.raises(ValueError, match=match):
+        RecordConfig(task=task, **{"teleop": "scripted", **settings}).validate()
+
+
 def test_record_from_a_keyboard_in_a_terminal(tmp_path):
     """robotrl-record teleop=keyboard with a pseudo-terminal as its stdin, as over SSH."""
     out = tmp_path / "kb"
