@@ -5,7 +5,8 @@ the same settings apart from the agent.
                                  [--sac-steps N] [--demos 10] [--chunk-len 4] [--chunk-samples 1]
                                  [--execution open_loop] [--noise-correlation 0] [--policy-chunk-len K]
                                  [--entropy-per-dim -1]
-                                 [--obs-norm] [--her-ratio 0] [--pretrain-updates 0] [--jobs 2] [--device auto]
+                                 [--obs-norm] [--her-ratio 0] [--pretrain-updates 0] [--demo-disturb-steps 0]
+                                 [--q-normalize 0] [--jobs 2] [--device auto]
                                  [--workdir DIR] [--save]
 
 Every (task, agent, seed) run is its own `robotrl-train` process on one thread, `--jobs` of them side by
@@ -133,6 +134,7 @@ def agent_overrides(agent: str, task: str, args) -> list[str]:
         entropy,
         *(["agent.obs_norm=true"] if args.obs_norm else []),
         *([f"her_ratio={args.her_ratio:g}"] if args.her_ratio else []),
+        *([f"agent.q_normalize={args.q_normalize:g}"] if args.q_normalize else []),
     ]
     if agent == "chunk":
         return [
@@ -153,7 +155,8 @@ def success_curve(agent: str, task: str, seed: int, args, workdir: Path) -> tupl
     from robotrl.runtime.metrics import read_metrics
 
     run_dir = workdir / f"{task}_{agent}_s{seed}"
-    setting = [*WITH_DEMOS, f"hil.demos=[{demos_dir(workdir, task, seed)}]"] if args.demos else []
+    demos = demos_dir(workdir, task, seed, args.demo_disturb_steps)
+    setting = [*WITH_DEMOS, f"hil.demos=[{demos}]"] if args.demos else []
     if args.demos and args.pretrain_updates:
         setting.append(f"hil.pretrain_updates={args.pretrain_updates}")
     overrides = [
@@ -201,16 +204,16 @@ def finished_run(run_dir: Path, overrides: list[str], code: str) -> bool:
     return stamp.read_text().strip() == code and OmegaConf.to_container(OmegaConf.load(recorded)) == overrides
 
 
-def demos_dir(workdir: Path, task: str, seed: int) -> Path:
-    return workdir / f"demos_{task}_s{seed}"
+def demos_dir(workdir: Path, task: str, seed: int, disturb_steps: int = 0) -> Path:
+    return workdir / (f"demos_{task}_s{seed}" + (f"_d{disturb_steps}" if disturb_steps else ""))
 
 
-def ensure_demos(workdir: Path, task: str, seed: int, episodes: int) -> None:
+def ensure_demos(workdir: Path, task: str, seed: int, episodes: int, disturb_steps: int = 0) -> None:
     """Record the scripted demonstrations a (task, seed) trains with, unless `workdir` holds all of them,
     recorded by the same code (a changed scripted expert records other demonstrations)."""
     from robotrl.data.dataset import DatasetError, EpisodeDataset
 
-    path, code = demos_dir(workdir, task, seed), source_digest()
+    path, code = demos_dir(workdir, task, seed, disturb_steps), source_digest()
     stamp = path / CODE_STAMP
     try:
         if len(EpisodeDataset.open(path)) == episodes and stamp.exists() and stamp.read_text().strip() == code:
@@ -218,7 +221,7 @@ def ensure_demos(workdir: Path, task: str, seed: int, episodes: int) -> None:
     except DatasetError:
         pass
     shutil.rmtree(path, ignore_errors=True)
-    record_scripted_demos(task, path, episodes, seed, reward="sparse")
+    record_scripted_demos(task, path, episodes, seed, reward="sparse", disturb_steps=disturb_steps)
     stamp.write_text(code + "\n")
 
 
@@ -288,6 +291,18 @@ def main() -> None:
             default=0,
             help="both agents' updates on the demos alone before the first env step (hil.pretrain_updates)",
         )
+        p.add_argument(
+            "--demo-disturb-steps",
+            type=int,
+            default=0,
+            help="each demo starts after up to this many unrecorded noisy expert steps (robotrl-record disturb_steps)",
+        )
+        p.add_argument(
+            "--q-normalize",
+            type=float,
+            default=0.0,
+            help="both agents scale the actor's critic term to this over the batch's mean |Q| (agent.q_normalize)",
+        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
         p.add_argument(
             "--device",
@@ -306,6 +321,12 @@ def main() -> None:
         raise SystemExit(f"--device must be auto, cpu, cuda or cuda:N, got {args.device!r}")
     if args.pretrain_updates and not args.demos:
         raise SystemExit(f"--pretrain-updates {args.pretrain_updates} pretrains on demos: it needs --demos > 0")
+    if args.demo_disturb_steps and not args.demos:
+        raise SystemExit(f"--demo-disturb-steps {args.demo_disturb_steps} disturbs demos: it needs --demos > 0")
+    if args.demo_disturb_steps < 0 or not args.q_normalize >= 0:
+        raise SystemExit(
+            f"need --demo-disturb-steps >= 0 and --q-normalize >= 0; got {args.demo_disturb_steps}, {args.q_normalize}"
+        )
     if args.demos < 0 or args.jobs < 1 or args.seeds < 1:
         raise SystemExit(f"need --demos >= 0, --jobs >= 1, --seeds >= 1; got {args.demos}, {args.jobs}, {args.seeds}")
     tasks, seeds = args.tasks.split(","), range(1, args.seeds + 1)
@@ -317,7 +338,7 @@ def main() -> None:
     args.learning_starts = args.learning_starts or (1_000 if with_demos else 5_000)
     args.eval_interval = args.eval_interval or (1_000 if with_demos else 5_000)
     if args.quick:
-        tasks, seeds, args.demos, args.pretrain_updates = ["panda_reach"], range(1, 2), 0, 0
+        tasks, seeds, args.demos, args.pretrain_updates, args.demo_disturb_steps = ["panda_reach"], range(1, 2), 0, 0, 0
         args.steps, args.learning_starts, args.eval_interval, args.eval_episodes = 2_000, 300, 500, 3
         args.sac_steps = args.steps
     figures: dict = {
@@ -336,6 +357,8 @@ def main() -> None:
         "obs_norm": args.obs_norm,
         "her_ratio": args.her_ratio,
         "pretrain_updates": args.pretrain_updates,
+        "demo_disturb_steps": args.demo_disturb_steps,
+        "q_normalize": args.q_normalize,
         "device": args.device,
         **({"sac_n_step": args.sac_n_step} if args.demos else {}),
     }
@@ -349,7 +372,7 @@ def main() -> None:
         if args.demos:
             for task in tasks:
                 for seed in seeds:
-                    ensure_demos(workdir, task, seed, args.demos)
+                    ensure_demos(workdir, task, seed, args.demos, args.demo_disturb_steps)
         runs = {  # seed by seed, both agents' runs side by side: a stopped bench leaves whole pairs
             (task, agent, seed): pool.submit(success_curve, agent, task, seed, args, workdir)
             for task in tasks

@@ -95,15 +95,21 @@ def run_logged(cmd: list[str], log: Path) -> None:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({done.returncode}); log {log}:\n{tail}")
 
 
-def record_scripted_demos(task: str, out: Path, episodes: int, seed: int, reward: str = "dense") -> None:
+def record_scripted_demos(
+    task: str, out: Path, episodes: int, seed: int, reward: str = "dense", disturb_steps: int = 0
+) -> None:
     """`episodes` successful demonstrations of `task` by its scripted expert into the dataset `out`, as
-    `robotrl-record teleop=scripted keep=success` writes them."""
+    `robotrl-record teleop=scripted keep=success` writes them (`disturb_steps`: each starts after up to that
+    many unrecorded noisy expert steps)."""
     from robotrl.tasks import TASK_CONFIGS
 
     from robotrl.record import RecordConfig, record
 
     task_cfg = TASK_CONFIGS[task](name=task, reward=reward)
-    summary = record(RecordConfig(task=task_cfg, teleop="scripted", episodes=episodes, seed=seed, keep="success"), out)
+    settings = RecordConfig(
+        task=task_cfg, teleop="scripted", episodes=episodes, seed=seed, keep="success", disturb_steps=disturb_steps
+    )
+    summary = record(settings, out)
     if summary["episodes"] != episodes:
         raise RuntimeError(f"recorded {summary['episodes']} of {episodes} demonstrations of {task}: {summary}")
 

@@ -105,6 +105,31 @@ def test_actor_loss_produces_no_critic_weight_gradients():
     assert all(p.grad is not None for p in agent.actor.parameters())
 
 
+def _actor_gradients(agent: SAC, batch: Batch) -> list[torch.Tensor]:
+    agent.actor.zero_grad()
+    torch.manual_seed(0)  # the same reparameterised samples every call
+    features = agent.encoder(batch.obs)
+    loss, _, _ = agent._actor_loss(features, agent.log_alpha.detach().exp(), batch, agent.encoder(batch.next_obs))
+    loss.backward()
+    return [p.grad.clone() for p in agent.actor.parameters()]
+
+
+@pytest.mark.parametrize("q_normalize", [0.0, 2.5])
+def test_q_normalize_makes_the_actor_step_independent_of_the_critics_scale(q_normalize):
+    """TD3+BC's normalisation: a critic whose values are 10x larger (a longer horizon, another reward scale)
+    gives the actor the same gradient; without it the critic's term grows tenfold against the others."""
+    torch.manual_seed(1)
+    agent = SAC(SACConfig(q_normalize=q_normalize), SPEC, 2)
+    batch = _batch()
+    before = _actor_gradients(agent, batch)
+    with torch.no_grad():
+        agent.critic.head.weight.mul_(10.0)
+        agent.critic.head.bias.mul_(10.0)
+    after = _actor_gradients(agent, batch)
+    same = all(torch.allclose(a, b, rtol=1e-4, atol=1e-7) for a, b in zip(before, after, strict=True))
+    assert same == (q_normalize > 0)
+
+
 def test_critic_loss_produces_no_actor_gradients():
     agent = SAC(SACConfig(), SPEC, 2)
     batch = _batch()
@@ -166,6 +191,9 @@ def test_bad_settings_are_named():
         SAC(SACConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)
     with pytest.raises(ValueError, match=r"agent\.shift_pad"):
         SAC(SACConfig(shift_pad=-1), SPEC, 2)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=rf"agent\.q_normalize must be a finite number >= 0.0, got {bad}"):
+            SAC(SACConfig(q_normalize=bad), SPEC, 2)
 
 
 def test_sac_from_pixels_learns_its_encoder_only_through_the_critic():
