@@ -84,6 +84,18 @@ the final chunk policy of seed 1 succeeds on 76 of 100 fresh episodes, its failu
 5-20 cm beside the goal, which neither agent learns to correct. `--her-ratio 0.8` (both agents, hindsight
 relabelling; seed 1 screened to 11-12k, ad hoc) made both slower early: chunk 0.27 at 11k (0.50 without), SAC
 0.20 at 12k (0.27 without); lower ratios are unscreened.
+Session 21 (push, session-20 settings, ad hoc): demos recorded with the expert's actions noised (robotrl-record
+noise=0.3) cloned no better than clean ones (0.54 both; 0.10 at 0.6). `--pretrain-updates 5000`: the pretrained
+policies start at 0.57 (SAC) and 0.37 (chunk) at 1k, fall to 0.10/0.07 by 2k, and then follow about the curves
+without pretraining (seed 1: chunk 0.5 at 7k, 0.87 at 33k; SAC 0.67 at 20k). A third seed of the saved setting
+(seed 3, to 40k) ended at 0.90 (chunk) and 0.83 (SAC); its line was lost with the machine.
+Session 22: the fall is the actor's critic term, not the temperature: two online updates took a cloned SAC
+policy from 0.56 to 0% (docs/architecture.md has the screens); `--q-normalize` (agent.q_normalize, TD3+BC's
+scaling) keeps it at 0.46-0.66 over 3k steps. `--demo-disturb-steps 40` records demos that start off course
+(robotrl-record disturb_steps): cloning 50 of them reaches 0.63-0.65 against 0.51-0.53. All three together
+(`--pretrain-updates 5000 --demo-disturb-steps 40 --q-normalize 2.5`, seed 1, stopped at 12k/16k for the session's
+end, no line saved): chunk critic 0.73 at 1k, 0.07 at 4k, then 0.3-0.6 to 12k; SAC 0.57 at 1k, then 0.27-0.6 to
+16k. No better than without them (seed 1: chunk 0.50 at 11k, SAC 0.33), so push's ratio stays 0.73.
 On a GPU machine (H100, 16 cores, session 21): 12 runs (6 seeds x 2 agents, `--jobs 12`, device auto) shared the
 one GPU at 7-8 env steps/s each once updates began (nvidia-smi 98-99% busy: 12 processes' small kernels
 time-sliced), below one CPU thread per run here (~17/s with 2 jobs on 2 cores); there, `--device cpu` with a job
