@@ -89,7 +89,7 @@ class SACConfig:
     # TD3+BC's normalisation (Fujimoto & Gu 2021): the actor's critic term is divided by the batch's mean |Q|
     # (no gradient) and multiplied by q_normalize; 0 leaves it raw. With demos, a critic term of raw size (push:
     # |Q| ~10) outweighs cloning at weight 10: two online updates after hil.pretrain_updates took a cloned
-    # policy from 0.56 to 0% success on push, and with q_normalize=1 it stayed at 0.5-0.66 (session 22).
+    # policy from 0.56 to 0% success on push, and with q_normalize=1 it stayed at 0.46-0.66 (session 22).
     q_normalize: float = 0.0
     # Standardise state features (pixels' state entries too) with the running mean and std of every batch
     # the learner trains on, offline rows included; kept as encoder buffers, so checkpoints and published

@@ -106,8 +106,8 @@ class JerkLimitedMotion:
     @property
     def at_rest(self) -> bool:
         """Velocity and acceleration are zero: a brake has finished and the position holds exactly. Velocity
-        alone is not enough: it is near zero mid-profile (the first period of a move from rest, the last of a
-        brake whose deceleration is still easing off), and the setpoint still moves after such a period."""
+        alone is not enough: a brake can pass a period with it near zero while its deceleration still eases
+        off, and the setpoint moves after that period."""
         return all(abs(v) < REST for v in self._input.current_velocity) and all(
             abs(a) < REST for a in self._input.current_acceleration
         )
