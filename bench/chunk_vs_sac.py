@@ -97,12 +97,13 @@ scaling) keeps it at 0.46-0.66 over 3k steps. `--demo-disturb-steps 40` records 
 end, no line saved): chunk critic 0.73 at 1k, 0.07 at 4k, then 0.3-0.6 to 12k; SAC 0.57 at 1k, then 0.27-0.6 to
 16k. No better than without them (seed 1: chunk 0.50 at 11k, SAC 0.33), so push's ratio stays 0.73.
 Session 23, without pretraining: `--demos 100 --demo-disturb-steps 40 --q-normalize 2.5` with session 20's other
-settings, the same for both agents, seeds 1-2: the chunk critic's mean curve first reaches 80% at 12k (seed 1
-0.77 at 7k, 0.80 at 8k; seed 2 0.83 at 9k; final 0.9/0.8) and SAC 3-step's at 20k (its mean 0.52-0.77 from 2k to 19k;
-final 0.9/0.93): push's steps_ratio **0.60** (saved), against 0.73 with 50 clean demos and raw-scale Q. Three things
-changed at once (twice the demos, demos starting off course, the actor's critic term at TD3+BC's scale) and
-which of them carries the gain is not screened; both agents' mean curves now reach 0.75 by 9k and move around 0.8 after,
-so the first crossing is again decided by 30-episode evaluation noise around 0.8.
+settings, the same for both agents. Seeds 1-2: the chunk critic's mean curve first reaches 80% at 12k and SAC
+3-step's at 20k, steps_ratio 0.60 (saved). Seed 3 added (saved, seeds 1-3): the chunk critic at 19k, SAC at 23k,
+push's steps_ratio **0.83** (finals 0.9/0.8/0.83 and 0.9/0.93/0.93). Both agents now learn push in about half the
+steps of session 20 (35k/48k), but with the same curve: both means sit at 0.57-0.79 from 4k to 18k and cross 80%
+by evaluation noise, so the 2-seed 0.60 measured that noise more than a lead. Three things changed at once (twice
+the demos, demos starting off course, the actor's critic term at TD3+BC's scale); which carries the gain is not
+screened.
 On a GPU machine (H100, 16 cores, session 21): 12 runs (6 seeds x 2 agents, `--jobs 12`, device auto) shared the
 one GPU at 7-8 env steps/s each once updates began (nvidia-smi 98-99% busy: 12 processes' small kernels
 time-sliced), below one CPU thread per run here (~17/s with 2 jobs on 2 cores); there, `--device cpu` with a job
