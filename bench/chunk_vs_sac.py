@@ -103,8 +103,8 @@ push's steps_ratio **0.83** (finals 0.9/0.8/0.83 and 0.9/0.93/0.93). Both agents
 steps of session 20 (35k/48k), but with the same curve: both means sit at 0.57-0.79 from 4k to 18k and cross 80%
 by evaluation noise, so the 2-seed 0.60 measured that noise more than a lead. Three things changed at once (twice
 the demos, demos starting off course, the actor's critic term at TD3+BC's scale). A screen of `--q-normalize 2.5`
-alone (50 clean demos, seed 1, to 12-14k, ad hoc, no line): SAC 0.47-0.73 from 3k to 12k (0.60 at 12k; 0.33 at
-12k without it), the chunk critic 0.37-0.70 (0.70 at 12k; 0.50 at 11k without): scaling the critic term alone
+alone (50 clean demos, seed 1, to 12-14k, ad hoc, no line): SAC 0.47-0.73 from 3k to 12k (0.60 at 12k; the saved
+session-20 line's mean 0.30), the chunk critic 0.37-0.70 (0.70 at 12k; that line's 0.53): scaling the critic term alone
 lifts SAC's early curve to the chunk critic's, so the chunk critic's early lead of sessions 19-20 came mostly from
 SAC's early fall under raw-scale Q.
 On a GPU machine (H100, 16 cores, session 21): 12 runs (6 seeds x 2 agents, `--jobs 12`, device auto) shared the
