@@ -34,83 +34,10 @@ Two settings (`setting` in the JSON line):
   `--sac-n-step` steps (3: its best on pick in hil_pick); the chunk critic over its chunk.
 - `scratch` (`--demos 0`): dense reward and the agents' defaults. On these tasks neither agent reaches
   80% within 30k steps (session 5); the full comparison needs 100k+ steps and hours on 2 CPU cores.
-Measured (demos, seeds 1-3; bench/results/chunk_vs_sac.jsonl). Pick at -1 an entry, 30k steps: SAC 3-step
-final success 0.6/0.7/1.0 (mean curve 0.77 at 30k); chunk critic 0.5/0.7/0.8 (0.67); with `--chunk-samples 4`
-(best-of-4) 0.8/0.4/0.6 (0.60); `--execution ensemble` (seeds 1-2, ad hoc, to 27k) 0.0-0.1. Pick at
-`--entropy-per-dim -3`: the chunk critic's mean curve reaches 80% at 18k steps (final 1.0/0.8/0.7), SAC's at
-31k (`--sac-steps 45000`; 0.7 at 30k): pick's steps_ratio 0.58; with `--chunk-len 5` (target entropy -60) the
-chunk critic's at 17k (final 0.9/0.7/0.9; 0.5 by 11k): 0.55. Those runs wrote each demo whole; since demos
-end at their first success in a run that does (robotrl.hil.setup.load_demos), at chunk_len 5 and -3 the chunk
-critic's mean curve first reaches 80% at 15k (0.6-0.77 over 16-18k, 0.8 or more from 19k on; final
-1.0/0.9/1.0) and SAC's at 32k (0.8 or more from 41k on; final 1.0/0.5/1.0): pick's steps_ratio **0.47**.
-Push at -3, 30k: with demos whole (chunk_len 4) no seed of either gets past 0.4 (mean curves at most 0.17 SAC,
-0.23 chunk); with demos cut (chunk_len 5) the same (at most 0.17 SAC, 0.23 chunk; final 0.1/0.1/0.1 and
-0.3/0.0/0.1): the headline of a 10-demo run stays null. Ten scripted demos cover ten of push's goal directions;
-behaviour cloning on them reaches about 0.1 success, on 50 about 0.45, on 200 about 0.65 (ad hoc). With
-`--demos 50` (chunk_len 5, -3, `--steps 40000 --sac-steps 60000`) both agents learn push: the chunk critic's
-mean curve first reaches 80% at 27k (final 0.4/0.7/0.8), SAC's at 28k (0.8 or more steadily only from 54k;
-final 0.8/1.0/0.8): push's steps_ratio **0.96**, so on push the chunk critic is no faster than 3-step SAC.
-`--obs-norm` (both agents standardise their state features, agent.obs_norm) on push with 50 demos, stopped
-early: SAC 3-step's seeds 1-2 ended at 0.4/0.4 (45k), the chunk critic's seed 1 moved between 0.2 and 0.7
-over 6-21k (the mean without it 0.3-0.7); no better than without it, so no line was saved.
-Screens of the chunk critic alone on push (50 demos, chunk_len 5, -3, seeds 1-3 to 15k, session 17, ad hoc,
-no line saved): the default reproduced the saved mean curve exactly (0.70 at 15k; runs are deterministic per
-seed). Its final policies succeed on 0.46/0.46/0.40 of 50 fresh episodes, so the runs' 10-episode
-evaluations (0.5/0.8/0.8 there) are noisy enough to move a first crossing by thousands of steps. Final
-policies on 50 episodes: `agent.bc_q_filter=true` 0.40/0.42 (seeds 1-2), `--chunk-len 8` 0.48/0.24,
-`--noise-correlation 0.8` 0.52/0.56/0.44, 0.95 0.46/0.56/0.62, `--chunk-samples 4` 0.52/0.48. None comes near
-the 80% by 14k that a ratio of 0.5 needs (SAC's 28k); correlated noise is the one consistent hint.
-Session 18, same screen: a weaker BC term (`agent.bc_weight=2.5`, seeds 1-2) 0.52/0.18 and one decayed from 10
-to 0 over 20k updates (`agent.bc_weight_final=0 agent.bc_decay_updates=20000`) 0.56/0.42 (the default's seeds
-1-2: 0.46/0.46; both slower early in their 10-episode evaluations), so the BC term is not what holds push back;
-`--noise-correlation 0.95 --chunk-samples 4` together 0.48/0.72/0.56 (mean 0.59, the best screened).
-Decoupled chunks (`--policy-chunk-len`, chunk_len 5, seeds 1-2): k=1 0.42/0.38, k=2 0.42/0.44: reacting every
-step or two does not lift push either, which points at what SAC and the chunk critic share (both plateau near
-0.5 on 50 episodes at 15k) rather than at open-loop execution.
-Session 19, the full bench of the best screen (`--demos 50 --chunk-len 5 --entropy-per-dim -3
---noise-correlation 0.95 --chunk-samples 4 --steps 40000 --sac-steps 60000 --eval-episodes 30`, seeds 1-2, cut
-chunks no longer fitted): SAC's mean curve first reaches 80% at 31k (then 0.63-0.85 to 60k; final 0.63/0.87),
-the chunk critic's at 35k (final 0.8/0.7): push's steps_ratio **1.13** (saved). The chunk critic leads early
-(0.67 against 0.50 at 12k, 0.63 against 0.38 at 15k) and both then plateau at 0.6-0.8, so a first crossing of
-80% measures the plateau's noise more than the learning speed. About 80 minutes for the two chunk runs and
-70 for SAC's two on 2 cores.
-Session 20: most failures of those policies were stalls (tool on the line behind the puck, 3-10 cm up, the puck
-5-10 cm short): the phased scripted expert climbed back to its hover point and lowered again in the same
-place, so its demos showed both there. With the state-based expert's demos (ba43126) and the same settings
-(seeds 1-2), the chunk critic's mean curve first reaches 80% at 35k again (0.53 at 12k, 0.70 at 19k; final
-0.87/0.63) and SAC's at 48k (0.30 at 12k, 0.48 at 19k; final 0.73/0.70): push's steps_ratio **0.73** (saved).
-The chunk critic's curve is above SAC's from 8k to 40k, but both still sit at 0.5-0.8 for most of the run;
-the final chunk policy of seed 1 succeeds on 76 of 100 fresh episodes, its failures now mostly pucks pushed
-5-20 cm beside the goal, which neither agent learns to correct. `--her-ratio 0.8` (both agents, hindsight
-relabelling; seed 1 screened to 11-12k, ad hoc) made both slower early: chunk 0.27 at 11k (0.50 without), SAC
-0.20 at 12k (0.27 without); lower ratios are unscreened.
-Session 21 (push, session-20 settings, ad hoc): demos recorded with the expert's actions noised (robotrl-record
-noise=0.3) cloned no better than clean ones (0.54 both; 0.10 at 0.6). `--pretrain-updates 5000`: the pretrained
-policies start at 0.57 (SAC) and 0.37 (chunk) at 1k, fall to 0.10/0.07 by 2k, and then follow about the curves
-without pretraining (seed 1: chunk 0.5 at 7k, 0.87 at 33k; SAC 0.67 at 20k). A third seed of the saved setting
-(seed 3, to 40k) ended at 0.90 (chunk) and 0.83 (SAC); its line was lost with the machine.
-Session 22: the fall is the actor's critic term, not the temperature: two online updates took a cloned SAC
-policy from 0.56 to 0% (docs/architecture.md has the screens); `--q-normalize` (agent.q_normalize, TD3+BC's
-scaling) keeps it at 0.46-0.66 over 3k steps. `--demo-disturb-steps 40` records demos that start off course
-(robotrl-record disturb_steps): cloning 50 of them reaches 0.63-0.65 against 0.51-0.53. All three together
-(`--pretrain-updates 5000 --demo-disturb-steps 40 --q-normalize 2.5`, seed 1, stopped at 12k/16k for the session's
-end, no line saved): chunk critic 0.73 at 1k, 0.07 at 4k, then 0.3-0.6 to 12k; SAC 0.57 at 1k, then 0.27-0.6 to
-16k. No better than without them (seed 1: chunk 0.50 at 11k, SAC 0.33), so push's ratio stays 0.73.
-Session 23, without pretraining: `--demos 100 --demo-disturb-steps 40 --q-normalize 2.5` with session 20's other
-settings, the same for both agents. Seeds 1-2: the chunk critic's mean curve first reaches 80% at 12k and SAC
-3-step's at 20k, steps_ratio 0.60 (saved). Seed 3 added (saved, seeds 1-3): the chunk critic at 19k, SAC at 23k,
-push's steps_ratio **0.83** (finals 0.9/0.8/0.83 and 0.9/0.93/0.93). Both agents now learn push in about half the
-steps of session 20 (35k/48k), but with the same curve: both means sit at 0.57-0.79 from 4k to 18k and cross 80%
-by evaluation noise, so the 2-seed 0.60 measured that noise more than a lead. Three things changed at once (twice
-the demos, demos starting off course, the actor's critic term at TD3+BC's scale). A screen of `--q-normalize 2.5`
-alone (50 clean demos, seed 1, to 12-14k, ad hoc, no line): SAC 0.47-0.73 from 3k to 12k (0.60 at 12k; the saved
-session-20 line's mean 0.30), the chunk critic 0.37-0.70 (0.70 at 12k; that line's 0.53): scaling the critic term alone
-lifts SAC's early curve to the chunk critic's, so the chunk critic's early lead of sessions 19-20 came mostly from
-SAC's early fall under raw-scale Q.
-On a GPU machine (H100, 16 cores, session 21): 12 runs (6 seeds x 2 agents, `--jobs 12`, device auto) shared the
-one GPU at 7-8 env steps/s each once updates began (nvidia-smi 98-99% busy: 12 processes' small kernels
-time-sliced), below one CPU thread per run here (~17/s with 2 jobs on 2 cores); there, `--device cpu` with a job
-per core is the faster way to run many seeds (CUDA MPS, which could share the GPU better, is untried).
+What was measured, setting by setting, and why (including the screens no line holds):
+bench/results/chunk_vs_sac.md; the saved lines: bench/results/chunk_vs_sac.jsonl. Pick's steps_ratio is 0.47
+(`--tasks panda_pick_cube --chunk-len 5 --entropy-per-dim -3 --sac-steps 45000`); push's best is 0.83 (3 seeds).
+A bench of 3 seeds per agent on push takes about two hours on 2 cores (~17-25 env steps/s per run with 2 jobs).
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
 """
