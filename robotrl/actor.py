@@ -285,7 +285,7 @@ class Actor:
         agent = make_agent(agent_cfg, env.obs_spec, env.action_dim, resolve_device(cfg.device))
         template = {k: v for k, v in agent.state_dict().items() if not actor_owned(k)}
         self.sender = Sender(connect, client, registration, reply, self.outbox, template).start()
-        self.learning_starts = int(reply["learning_starts"])
+        self.random_steps = int(reply["random_steps"])
         log.info("registered with the learner at %s as %r (%s)", cfg.learner.address, cfg.actor_id, agent_cfg.name)
         return env, agent
 
@@ -321,7 +321,7 @@ class Actor:
                     load_policy_state(agent, new[0])
                     self.weights_version = new[1]
                     self.weights_loaded += 1
-                warm_up = max(self.env_step, sender.learner_env_steps) < self.learning_starts
+                warm_up = max(self.env_step, sender.learner_env_steps) < self.random_steps
                 transition, result = stepper.step(random_action=self.weights_version is None or warm_up)
                 self.episodes += episodes.record(result.reward, result.success, result.terminated | result.truncated)
                 self.interventions += int(transition["intervened"].sum())

@@ -13,6 +13,9 @@ log and starts it on the checkpoint's generation. A learner restarted in the sam
 latest checkpoint, then replays the log, so nothing it acknowledged is lost; a log of an older generation
 (the learner died between a checkpoint and emptying the log) is all in the checkpoint and is not replayed.
 
+With `hil.pretrain_updates=N` the learner first makes N updates on the demonstrations alone (as robotrl-train
+does) and publishes those weights before it serves: actors act with the cloned policy from their first step.
+
 Human in the loop, split as HIL-SERL runs it: the operator sits at the actor (robotrl-actor hil.operator=...),
 the demonstrations here (`hil.demos`). The storage keeps one offline buffer shared by all actors: the
 demonstrations, loaded once at the first start (a checkpoint holds them after that), and every intervened
@@ -79,6 +82,10 @@ class LearnerHILConfig:
     # the actors' hil.reward_classifier, if they use one: the demonstrations' rewards become its verdicts, as
     # the actors' online steps are scored (otherwise the demos keep the rewards they were recorded with)
     reward_classifier: str | None = None
+    # Offline-to-online: this many updates on the demonstrations alone before serving (Agent.pretrain_update), so
+    # actors act with the cloned policy from their first step instead of random actions, which on a real arm is
+    # what the demonstrations are for; online updates still wait for learning_starts. Done once per run directory.
+    pretrain_updates: int = 0
 
     def validate(self) -> None:
         HILConfig(**dataclasses.asdict(self)).validate()
@@ -99,7 +106,9 @@ class LearnerConfig:
     replay_capacity: int = 1_000_000  # transitions per actor stream
     max_actors: int = 8  # distinct actor ids this learner takes (each gets a replay stream)
     max_batch_steps: int = 1000  # env steps per pushed batch, at most
-    learning_starts: int = 1000  # env steps received (all actors) before the first update; actors act randomly
+    # env steps received (all actors) before the first online update; actors act randomly until then, unless the
+    # learner pretrained on demos (hil.pretrain_updates)
+    learning_starts: int = 1000
     total_steps: int = 0  # env steps received after which the learner saves and stops; 0: until stopped
     weights_every: int = 100  # updates per published weights version
     log_interval: int = 1000  # env steps received
@@ -178,7 +187,7 @@ class Learner:
             agent=dataclasses.asdict(cfg.agent),
             obs_spec=obs_spec,
             action_dim=action_dim,
-            learning_starts=cfg.learning_starts,
+            random_steps=0 if cfg.hil.pretrain_updates else cfg.learning_starts,
             max_actors=cfg.max_actors,
             max_batch_steps=cfg.max_batch_steps,
             max_message_bytes=cfg.server.max_message_bytes,
@@ -190,7 +199,11 @@ class Learner:
         self.service = LearnerService(spec, self.storage, self.wal, self.board)
         self.clock_steps = 0  # env steps the agent's exploration clock has counted
         self.env_name = task_name
+        self.update_metrics = UpdateMetrics()
+        self.pretrained_updates = 0  # updates made on the demos alone, before the first env step
         self.resumed = self._restore()
+        if cfg.hil.pretrain_updates and self.agent.num_updates == 0:  # not again once a checkpoint holds them
+            self._pretrain()
         self.server = None
         self.port: int | None = None
         self._alive: set[str] = set()
@@ -246,6 +259,7 @@ class Learner:
             service.last_checkpoint_step = counters["env_steps"]
             service.wal_generation = counters.get("wal_generation", 0)
             self.demos_loaded = list(counters.get("hil_demos", []))
+            self.pretrained_updates = counters.get("pretrain_updates", 0)
             resumed = True
             log.info("resumed from %s at %d env steps, %d updates", path, counters["env_steps"], counters["updates"])
         self._load_demos()
@@ -284,6 +298,16 @@ class Learner:
         self.demos_loaded += new
         log.info("offline buffer: %d demonstration transitions from %d datasets", written, len(new))
 
+    def _pretrain(self) -> None:
+        """hil.pretrain_updates updates on the offline buffer alone, then the weights actors start from."""
+        from robotrl.runtime.loop import pretrain_on_demos
+
+        agent, updates = self.agent, self.cfg.hil.pretrain_updates
+        pretrain_on_demos(agent, self.storage.ensure_offline(), updates, agent.cfg.batch_size, self.update_metrics)
+        self.pretrained_updates = agent.num_updates
+        self.service.updates = agent.num_updates
+        self.board.publish(agent, agent.num_updates)
+
     def start_serving(self) -> int:
         self.server, self.port = serve(self.service.handlers(), self.cfg.server, self.token)
         self.started = time.monotonic()  # actors get server.heartbeat_timeout_s from here to come back
@@ -291,12 +315,13 @@ class Learner:
         return self.port
 
     def updates_due(self, env_steps: int) -> int:
-        """Updates owed after `env_steps` received: utd_ratio per `update_every` env steps past learning_starts."""
+        """Updates owed after `env_steps` received: those made on the demos before serving, then utd_ratio per
+        `update_every` env steps past learning_starts."""
         cfg = self.cfg
         if env_steps <= cfg.learning_starts:
-            return 0
+            return self.pretrained_updates
         every = getattr(cfg.agent, "update_every", 1)
-        return cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
+        return self.pretrained_updates + cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
 
     def run(self, stop: threading.Event) -> dict[str, Any]:
         """Serve and train until `stop` is set or `total_steps` env steps have arrived and been trained on."""
@@ -304,7 +329,9 @@ class Learner:
         if self.server is None:
             self.start_serving()
         writer = MetricsWriter(self.run_dir, resume_step=service.env_steps if self.resumed else None)
-        update_metrics = UpdateMetrics()
+        update_metrics = self.update_metrics
+        if not self.resumed and self.pretrained_updates:  # the pretraining's losses, at step 0
+            writer.write(0, update_metrics.flush(0))
         published = agent.num_updates
         logged = checkpointed = service.env_steps
         last_log = (time.perf_counter(), service.env_steps, agent.num_updates)
@@ -363,6 +390,7 @@ class Learner:
                 "updates": self.agent.num_updates,
                 "streams": service.ledger.state(),
                 "hil_demos": self.demos_loaded,
+                "pretrain_updates": self.pretrained_updates,
                 "wal_generation": service.wal_generation + 1,
             }
             save_checkpoint(self.ckpt_root, step, self.agent, self.storage, counters, keep=self.cfg.keep_checkpoints)

@@ -231,9 +231,9 @@ PICK_ARGS = [
 ]
 
 
-def write_demos(path, episodes=2, steps=12, success_from=None):
+def write_demos(path, episodes=2, steps=12, success_from=None, action=None):
     """A dataset as robotrl-record writes it (random contents of the task's shapes, successful from step
-    `success_from` on if given); returns its steps."""
+    `success_from` on if given; actions uniform in [-1, 1], or `action` in every entry); returns its steps."""
     env = make_env(PICK, num_envs=1)
     spec, action_dim = dict(env.obs_spec), env.action_dim
     env.close()
@@ -242,9 +242,9 @@ def write_demos(path, episodes=2, steps=12, success_from=None):
     success = flag if success_from is None else torch.arange(steps) >= success_from
     for _ in range(episodes):
         obs = {k: torch.randn(steps + 1, *s.shape).to(s.dtype) for k, s in spec.items()}
-        action = torch.rand(steps, action_dim) * 2 - 1
+        actions = torch.rand(steps, action_dim) * 2 - 1 if action is None else torch.full((steps, action_dim), action)
         last = torch.arange(steps) == steps - 1
-        dataset.append(Episode(obs, action, torch.zeros(steps), flag, last, success, ~flag))
+        dataset.append(Episode(obs, actions, torch.zeros(steps), flag, last, success, ~flag))
     return episodes * steps, [e.action for e in dataset.load_all()]
 
 
@@ -329,6 +329,46 @@ def test_operator_corrections_and_demos_share_one_offline_buffer_that_survives_a
     assert again.service.wal_replayed == 0 and again.storage.offline_stats() == live["offline"]
     assert torch.equal(again.storage.offline.obs["cube_pos"][:n], offline.obs["cube_pos"][:n])
     assert torch.equal(again.storage.offline.truncated[:n], offline.truncated[:n])
+
+
+def test_a_learner_pretrained_on_demos_serves_the_cloned_policy_and_its_actors_skip_the_random_warm_up(tmp_path):
+    """hil.pretrain_updates at the learner: it clones the demos (every action 0.7) before serving, so an actor's
+    first steps, all before learning_starts, are the cloned policy's (near 0.7), not uniform draws (mean 0); the
+    online updates then count from there, and a restart from its checkpoint does not pretrain again."""
+    demos = tmp_path / "demos"
+    write_demos(demos, episodes=4, steps=12, action=0.7)
+    run_dir, pretrain = tmp_path / "learner", ["hil.pretrain_updates=300", "agent.bc_weight=10"]
+    learner = LearnerProcess(run_dir, free_port(), f"hil.demos=[{demos}]", *pretrain, base=PICK_ARGS)
+    try:
+        client = learner.client
+        reply = client.register({"actor_id": "probe", "session": "p1", "num_envs": 1, "task": "panda_pick_cube"})
+        assert reply["random_steps"] == 0 and reply["version"] == 300  # the pretrained weights, before any step
+        cfg = actor_config(learner.port, task=PICK, actor_id="arm", num_envs=1, total_steps=60)
+        summary = join_actor(*start_actor(cfg)[2:])
+        assert summary["acked_env_steps"] == 60 and learner.status()["updates"] == 300  # below learning_starts
+    finally:
+        assert learner.stop() == 0, learner.output()  # a last checkpoint
+    metrics = read_metrics(run_dir / "metrics.csv")
+    assert metrics["bc_loss"][0][0] == 0 and metrics["critic_loss"][0][0] == 0  # the pretraining's, at step 0
+
+    restored = in_process_learner(run_dir, demos, *pretrain)
+    restored.wal.close()
+    assert restored.agent.num_updates == 300 and restored.pretrained_updates == 300  # not pretrained again
+    offline, stream = restored.storage.offline, restored.storage.streams["arm"].buffer
+    mode = restored.agent.act({k: v[:48, 0] for k, v in offline.obs.items()}, deterministic=True)
+    assert (mode - 0.7).abs().mean() < 0.1, mode  # the demos' action, cloned (untrained: about 0.7 off)
+    # the actor explored around it: 240 uniform draws would average 0 +- 0.04
+    assert stream.action[:60, 0].mean() > 0.15, stream.action[:60, 0]
+    utd = restored.cfg.agent.utd_ratio
+    assert restored.updates_due(100) == 300 and restored.updates_due(110) == 300 + 10 * utd
+
+    plain = in_process_learner(tmp_path / "plain", demos)  # without pretraining: random until learning_starts
+    plain.wal.close()
+    assert plain.service.spec.random_steps == 100 and plain.agent.num_updates == 0 and plain.updates_due(100) == 0
+    with pytest.raises(ValueError, match=r"hil\.pretrain_updates=2: the demonstrations hold 48 transitions, fewer"):
+        in_process_learner(tmp_path / "few", demos, "hil.pretrain_updates=2", "agent.batch_size=64")
+    with pytest.raises(ValueError, match=r"hil\.pretrain_updates must be >= 0, got -1"):
+        in_process_learner(tmp_path / "bad", demos, "hil.pretrain_updates=-1")
 
 
 def test_a_learner_ends_demonstrations_at_their_first_success_when_the_task_does(tmp_path):

@@ -59,7 +59,7 @@ class LearnerSpec:
     agent: dict[str, Any]  # the agent's config dataclass as JSON (its `name` selects the class)
     obs_spec: ObsSpec
     action_dim: int
-    learning_starts: int
+    random_steps: int  # env steps (all actors) the actors act randomly before the policy: 0 once pretrained
     max_actors: int
     max_batch_steps: int
     max_message_bytes: int
@@ -133,7 +133,7 @@ class LearnerService:
                 "agent": self.spec.agent,
                 "obs_spec": spec_to_json(self.spec.obs_spec),
                 "action_dim": self.spec.action_dim,
-                "learning_starts": self.spec.learning_starts,
+                "random_steps": self.spec.random_steps,
                 "max_batch_steps": self.spec.max_batch_steps,
                 "max_message_bytes": self.spec.max_message_bytes,
                 "acked_seq": delivery.acked_seq,
