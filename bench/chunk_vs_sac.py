@@ -40,7 +40,8 @@ Two settings (`setting` in the JSON line):
   80% within 30k steps (session 5); the full comparison needs 100k+ steps and hours on 2 CPU cores.
 What was measured, setting by setting, and why (including the screens no line holds):
 bench/results/chunk_vs_sac.md; the saved lines: bench/results/chunk_vs_sac.jsonl. Pick's steps_ratio is 0.47
-(`--tasks panda_pick_cube --chunk-len 5 --entropy-per-dim -3 --sac-steps 45000`); push's best is 0.83 (3 seeds).
+(`--tasks panda_pick_cube --chunk-len 5 --entropy-per-dim -3 --sac-steps 45000`); push's 0.26 (sustained 0.40) with
+`--chunk-samples 32`, its chunk critic measured to 14k only (the results file has the full flags).
 A bench of 3 seeds per agent on push takes about two hours on 2 cores (~17-25 env steps/s per run with 2 jobs).
 --quick: panda_reach from scratch, 1 seed, 2k steps and small networks, to check that everything runs
 (about a minute); at that size the threshold is usually not reached.
