@@ -220,6 +220,7 @@ class Actor:
         self.interventions = 0  # intervened transitions (the operator's actions were executed)
         self.weights_version: int | None = None
         self.weights_loaded = 0  # weights versions loaded so far
+        self.random_env_steps = 0  # env steps taken with uniform random actions (warm-up, or no weights yet)
         self.sender: Sender | None = None
         self.outbox = Outbox(cfg.outbox_batches)
 
@@ -311,18 +312,22 @@ class Actor:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             writer = MetricsWriter(self.run_dir)
         period = 1.0 / cfg.control_hz if cfg.control_hz else 0.0
-        next_tick = time.monotonic()
         try:
+            if self.random_steps == 0:  # the learner pretrained: not one random step while its weights are in flight
+                while self.weights_version is None and not stop.is_set():
+                    if sender.fatal is not None:
+                        raise sender.fatal
+                    if not self._load_new_weights(agent):
+                        time.sleep(0.01)
+            next_tick = time.monotonic()
             while not stop.is_set() and not (cfg.total_steps and self.env_step >= cfg.total_steps):
                 if sender.fatal is not None:
                     raise sender.fatal
-                new = sender.take_weights()
-                if new is not None:
-                    load_policy_state(agent, new[0])
-                    self.weights_version = new[1]
-                    self.weights_loaded += 1
+                self._load_new_weights(agent)
                 warm_up = max(self.env_step, sender.learner_env_steps) < self.random_steps
-                transition, result = stepper.step(random_action=self.weights_version is None or warm_up)
+                random_action = self.weights_version is None or warm_up
+                transition, result = stepper.step(random_action=random_action)
+                self.random_env_steps += cfg.num_envs if random_action else 0
                 self.episodes += episodes.record(result.reward, result.success, result.terminated | result.truncated)
                 self.interventions += int(transition["intervened"].sum())
                 prev, self.env_step = self.env_step, self.env_step + cfg.num_envs
@@ -348,6 +353,16 @@ class Actor:
                 writer.close()
         return self.summary()
 
+    def _load_new_weights(self, agent) -> bool:
+        """Load the newest weights the sender received since the last look, if any; True if it did."""
+        new = self.sender.take_weights()
+        if new is None:
+            return False
+        load_policy_state(agent, new[0])
+        self.weights_version = new[1]
+        self.weights_loaded += 1
+        return True
+
     def _scalars(self) -> dict[str, float]:
         sender = self.sender
         return {
@@ -366,6 +381,7 @@ class Actor:
             "interventions": self.interventions,
             "weights_version": self.weights_version,
             "weights_loaded": self.weights_loaded,
+            "random_env_steps": self.random_env_steps,
             "acked_env_steps": sender.acked_env_steps if sender else 0,
             "dropped_env_steps": self.outbox.dropped_env_steps,
             "unacked_batches": len(self.outbox),

@@ -278,6 +278,7 @@ def test_operator_corrections_and_demos_share_one_offline_buffer_that_survives_a
         cfg.hil, cfg.log_interval = ActorHILConfig(operator="scripted"), 100  # the expert takes over drifts
         summary = join_actor(*start_actor(cfg, run_dir=tmp_path / "actor")[2:])
         assert summary["acked_env_steps"] == 300 and summary["interventions"] > 20 and summary["weights_loaded"]
+        assert summary["random_env_steps"] >= 100  # no pretraining: uniform actions until learning_starts
         actor_metrics = (tmp_path / "actor" / "metrics.csv").read_text()
         assert ",hil/interventions_per_episode," in actor_metrics and ",hil/intervention_rate," in actor_metrics
 
@@ -346,6 +347,7 @@ def test_a_learner_pretrained_on_demos_serves_the_cloned_policy_and_its_actors_s
         cfg = actor_config(learner.port, task=PICK, actor_id="arm", num_envs=1, total_steps=60)
         summary = join_actor(*start_actor(cfg)[2:])
         assert summary["acked_env_steps"] == 60 and learner.status()["updates"] == 300  # below learning_starts
+        assert summary["random_env_steps"] == 0  # it waited for the pretrained weights before its first step
     finally:
         assert learner.stop() == 0, learner.output()  # a last checkpoint
     metrics = read_metrics(run_dir / "metrics.csv")
