@@ -198,11 +198,10 @@ def steps_to_sustained_success(
     """The first eval step at which the mean curve, averaged over that step and the `window - 1` evaluations
     before it, reaches `threshold`: a level the agent holds, where the first crossing of a curve that
     plateaus near the threshold measures evaluation noise."""
-    means = [mean for _, mean in mean_curve(curves)]
-    steps = [step for step, _ in mean_curve(curves)]
-    for i in range(window - 1, len(means)):
-        if sum(means[i - window + 1 : i + 1]) / window >= threshold - 1e-9:
-            return steps[i]
+    curve = mean_curve(curves)
+    for i in range(window - 1, len(curve)):
+        if sum(mean for _, mean in curve[i - window + 1 : i + 1]) / window >= threshold - 1e-9:
+            return curve[i][0]
     return None
 
 

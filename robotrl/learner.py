@@ -330,8 +330,9 @@ class Learner:
             self.start_serving()
         writer = MetricsWriter(self.run_dir, resume_step=service.env_steps if self.resumed else None)
         update_metrics = self.update_metrics
-        if not self.resumed and self.pretrained_updates:  # the pretraining's losses, at step 0
-            writer.write(0, update_metrics.flush(0))
+        pretraining = update_metrics.flush(0)  # this start's pretraining losses, if it pretrained
+        if pretraining and not self.resumed:  # a restart's first start logged them already: not mixed into step N
+            writer.write(0, pretraining)
         published = agent.num_updates
         logged = checkpointed = service.env_steps
         last_log = (time.perf_counter(), service.env_steps, agent.num_updates)
