@@ -4,6 +4,7 @@ robotrl-learner task=panda_reach agent=sac                      # loopback only,
 robotrl-learner server.host=0.0.0.0 server.token_file=token server.tls_cert=cert.pem server.tls_key=key.pem
 robotrl-learner hydra.run.dir=runs/learner/arm                  # restarted: resumes what that directory holds
 robotrl-learner task=panda_pick_cube hil.demos=[demos/pick] agent.bc_weight=1.0   # HIL-SERL's learner side
+robotrl-learner task=panda_push her_ratio=0.8                   # hindsight goals on all that actors send
 
 Each actor's steps land in its own replay stream (robotrl/runtime/transport/storage.py). The update loop
 runs `agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import secrets
 import signal
 import threading
@@ -109,6 +111,10 @@ class LearnerConfig:
     # env steps received (all actors) before the first online update; actors act randomly until then, unless the
     # learner pretrained on demos (hil.pretrain_updates)
     learning_starts: int = 1000
+    # Hindsight relabelling (HER's "future" goals, robotrl/data/hindsight.py), as robotrl-train's her_ratio: the
+    # share of sampled transitions or sequences, from every actor's stream and the offline buffer, that ask for a
+    # goal their episode reached later. Goal-conditioned state tasks only; not with a learned reward.
+    her_ratio: float = 0.0
     total_steps: int = 0  # env steps received after which the learner saves and stops; 0: until stopped
     weights_every: int = 100  # updates per published weights version
     log_interval: int = 1000  # env steps received
@@ -133,6 +139,8 @@ class LearnerConfig:
         for name in ("learning_starts", "total_steps", "threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not (math.isfinite(self.her_ratio) and 0.0 <= self.her_ratio <= 1.0):
+            raise ValueError(f"her_ratio must be in [0, 1], got {self.her_ratio}")
         if hasattr(self.agent, "validate"):
             self.agent.validate()
 
@@ -142,7 +150,7 @@ class Learner:
 
     def __init__(self, cfg: LearnerConfig, run_dir: Path, token: str | None = None):
         from robotrl.runtime.allocator import retain_freed_memory
-        from robotrl.runtime.loop import make_training_env, resolve_device, seed_everything
+        from robotrl.runtime.loop import make_hindsight, make_training_env, resolve_device, seed_everything
 
         cfg.validate()
         self.cfg, self.run_dir = cfg, run_dir
@@ -161,12 +169,13 @@ class Learner:
         obs_spec, action_dim = dict(env.obs_spec), env.action_dim
         frame_stack = env.k if isinstance(env, FrameStack) else 1  # the replay stores what the env stacks
         task_name = env.name
+        hindsight = make_hindsight(cfg, env)  # refused by name where a relabelled reward cannot be computed
         env.close()
         self.agent = make_agent(cfg.agent, obs_spec, action_dim, self.device)
         self.obs_spec, self.action_dim, self.frame_stack = obs_spec, action_dim, frame_stack
         buffer_args = (frame_stack, self.agent.replay_n_step, cfg.agent.gamma, self.device)
-        make_buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *buffer_args)
-        make_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *buffer_args)
+        make_buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *buffer_args, hindsight)
+        make_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *buffer_args, hindsight)
         meta = (*buffer_args[:-1], torch.device("meta"))  # buffers sized on the meta device allocate nothing
         self._meta_stream = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *meta)
         self._meta_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *meta)(1)

@@ -199,3 +199,64 @@ def test_a_run_relabels_its_online_and_offline_buffers():
         assert buf.hindsight.window == 100 and buf.hindsight.terminal_success
     cfg.her_ratio = 0.0
     assert make_replay(cfg, env, 3, torch.device("cpu")).online.hindsight is None
+
+
+def _learner(run_dir, *overrides):
+    from hydra import compose, initialize_config_module
+
+    from robotrl.learner import Learner, to_learner_config
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = to_learner_config(compose("learner", ["device=cpu", "replay_capacity=1000", *overrides]))
+    return Learner(cfg, run_dir)
+
+
+def test_a_learner_relabels_what_its_actors_stream_and_its_offline_buffer(tmp_path):
+    """robotrl-learner her_ratio=1 on panda_reach: every transition it samples from an actor's stream (real env
+    steps taken by the actor's stepper, sent as the actor batches them) asks for a position the tool point
+    reached at or after that step in the same episode, with the reward, success and termination recomputed."""
+    from robotrl.actor import EnvStepper, TransitionBatcher
+
+    args = ("task=panda_reach", "task.reward=sparse", "task.terminate_on_success=true", "task.episode_steps=20")
+    learner = _learner(tmp_path / "run", *args, "her_ratio=1.0")
+    learner.wal.close()
+    env = make_env(learner.cfg.task, num_envs=2)
+    stepper, batcher = EnvStepper(env, learner.agent, seed=3), TransitionBatcher(10)
+    for _ in range(60):
+        transition, _ = stepper.step(random_action=True)
+        if batcher.add(transition):
+            learner.storage.add("arm-1", batcher.pop())
+    env.close()
+    buffer = learner.storage.streams["arm-1"].buffer
+    hindsight = buffer.hindsight
+    assert hindsight is learner.storage.ensure_offline().hindsight and hindsight.ratio == 1.0
+    assert hindsight.window == 20 and hindsight.terminal_success
+
+    stored_success = hindsight.spec.success(buffer.next_obs, buffer.obs["target"])[:60]
+    batch = learner.storage.sample(512)
+    goal, obs, next_obs = batch.obs["target"], batch.obs, batch.next_obs
+    assert torch.equal(goal, next_obs["target"]) and torch.allclose(obs["to_target"], goal - obs["ee_pos"])
+    reached = buffer.next_obs["ee_pos"][:60]  # [rows, envs, 3]
+    for i in range(len(goal)):
+        start = (buffer.obs["ee_pos"][:60] == obs["ee_pos"][i]).all(-1).nonzero()
+        assert len(start) == 1, "each sampled step is one stored step"
+        row, column = start[0].tolist()
+        at_goal = (reached[:, column] == goal[i]).all(-1).nonzero().flatten().tolist()
+        assert at_goal and min(at_goal) >= row, "the goal is where the tool point got at or after the step"
+        episode_ends = (buffer.terminated | buffer.truncated)[row : min(at_goal), column]
+        assert not episode_ends.any(), "the goal was reached in the same episode"
+    success = hindsight.spec.success(next_obs, goal)
+    assert torch.equal(batch.reward.squeeze(-1), hindsight.spec.reward(next_obs, goal))
+    assert torch.equal(batch.discount.squeeze(-1) == 0, success), "a relabelled success ends its episode"
+    # random steps seldom reach the target the task set; a goal they reached later often lies close by
+    assert stored_success.float().mean() < 0.1 and success.float().mean() > 0.5
+
+
+def test_a_learner_refuses_relabelling_it_could_not_compute_by_name(tmp_path):
+    with pytest.raises(ValueError, match=r"her_ratio=0\.8: task 'panda_pick_cube' has no goal to relabel"):
+        _learner(tmp_path / "pick", "task=panda_pick_cube", "her_ratio=0.8")
+    with pytest.raises(ValueError, match=r"her_ratio must be in \[0, 1\], got 1\.5"):
+        _learner(tmp_path / "bad", "her_ratio=1.5")
+    reach = _learner(tmp_path / "reach", "task=panda_reach")
+    reach.wal.close()
+    assert reach.storage.make_buffer(1).hindsight is None  # off by default

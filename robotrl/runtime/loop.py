@@ -140,7 +140,8 @@ def pretrain_on_demos(agent, offline: ReplayBuffer, updates: int, batch_size: in
 
 def make_hindsight(cfg: TrainConfig, env) -> Hindsight | None:
     """The run's goal relabelling (`her_ratio` > 0), from its task's GoalSpec; None when off. Refused where
-    a relabelled reward could not be computed: a task without a goal, pixels, a learned reward."""
+    a relabelled reward could not be computed: a task without a goal, pixels, a learned reward. `cfg` is a
+    TrainConfig or robotrl-learner's LearnerConfig (both carry her_ratio, task and hil.reward_classifier)."""
     if cfg.her_ratio == 0:
         return None
     task = find_task(env)

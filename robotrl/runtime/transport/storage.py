@@ -30,6 +30,7 @@ import torch
 
 from robotrl.data import mixer
 from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.hindsight import Hindsight
 from robotrl.data.mixer import InterventionSegments, RatioSchedule
 from robotrl.data.replay import Batch, ReplayBuffer
 from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
@@ -47,15 +48,20 @@ def replay_factory(
     n_step: int,
     gamma: float,
     device: torch.device,
+    hindsight: Hindsight | None = None,
 ) -> Callable[[int], ReplayBuffer]:
     """A builder of one stream's buffer for its number of envs, as the training loop builds its replay:
-    FrameReplay (each frame stored once) for pixel observations, else ReplayBuffer."""
+    FrameReplay (each frame stored once) for pixel observations, else ReplayBuffer; each relabelling goals
+    with `hindsight` when given."""
 
     def make(num_envs: int) -> ReplayBuffer:
         common = {"n_step": n_step, "gamma": gamma, "device": device}
         if pixel_keys(obs_spec):
-            return FrameReplay(obs_spec, action_dim, capacity, num_envs, frame_stack, **common)
-        return ReplayBuffer(obs_spec, action_dim, capacity, num_envs, **common)
+            buffer = FrameReplay(obs_spec, action_dim, capacity, num_envs, frame_stack, **common)
+        else:
+            buffer = ReplayBuffer(obs_spec, action_dim, capacity, num_envs, **common)
+        buffer.hindsight = hindsight
+        return buffer
 
     return make
 
