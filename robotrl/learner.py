@@ -6,13 +6,15 @@ robotrl-learner hydra.run.dir=runs/learner/arm                  # restarted: res
 robotrl-learner task=panda_pick_cube hil.demos=[demos/pick] agent.bc_weight=1.0   # HIL-SERL's learner side
 robotrl-learner task=panda_push her_ratio=0.8                   # hindsight goals on all that actors send
 
-Each actor's steps land in its own replay stream (robotrl/runtime/transport/storage.py). The update loop
-runs `agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have
-arrived, and publishes a new weights version every `weights_every` updates. A batch is acknowledged only
-once it is appended and fsynced to `<run dir>/wal.log`; a checkpoint (which holds the replay) empties that
-log and starts it on the checkpoint's generation. A learner restarted in the same run directory loads the
-latest checkpoint, then replays the log, so nothing it acknowledged is lost; a log of an older generation
-(the learner died between a checkpoint and emptying the log) is all in the checkpoint and is not replayed.
+Each actor's steps land in its own replay stream (robotrl/runtime/transport/storage.py). The update loop runs
+`agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have arrived, and
+publishes a new weights version every `weights_every` updates. The actors are not paced by it: an actor in
+simulation (control_hz 0) may send steps faster than they are trained on, so the updates trail the ratio; with
+`total_steps` the learner stops once that many steps have arrived and their updates are made. A batch is
+acknowledged only once it is appended and fsynced to `<run dir>/wal.log`; a checkpoint (which holds the replay)
+empties that log and starts it on the checkpoint's generation. A learner restarted in the same run directory loads
+the latest checkpoint, then replays the log, so nothing it acknowledged is lost; a log of an older generation (the
+learner died between a checkpoint and emptying the log) is all in the checkpoint and is not replayed.
 
 With `hil.pretrain_updates=N` the learner first makes N updates on the demonstrations alone (as robotrl-train
 does) and publishes those weights before it serves: actors act with the cloned policy from their first step.
@@ -333,7 +335,8 @@ class Learner:
         return self.pretrained_updates + cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
 
     def run(self, stop: threading.Event) -> dict[str, Any]:
-        """Serve and train until `stop` is set or `total_steps` env steps have arrived and been trained on."""
+        """Serve and train until `stop` is set or `total_steps` env steps have arrived and the updates due for
+        them are made (steps that arrive beyond it are stored, not trained on)."""
         cfg, agent, service = self.cfg, self.agent, self.service
         if self.server is None:
             self.start_serving()
@@ -350,7 +353,9 @@ class Learner:
                 with service.lock:
                     received = service.env_steps
                 self._advance_clock(received)
-                due = self.updates_due(received)
+                # an actor unpaced in simulation can send steps faster than they are trained on: past total_steps
+                # the updates those extra steps would be due are not made, or the learner would never catch up
+                due = self.updates_due(min(received, cfg.total_steps) if cfg.total_steps else received)
                 if agent.num_updates < due and len(self.storage):
                     for _ in range(min(due - agent.num_updates, UPDATES_PER_TURN)):
                         with service.lock:

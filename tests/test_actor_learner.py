@@ -390,6 +390,45 @@ def test_a_learner_refuses_demonstrations_of_another_task_by_name(tmp_path):
         in_process_learner(tmp_path / "run", tmp_path / "reach")
 
 
+def test_a_learner_sent_more_than_total_steps_trains_on_total_steps_and_stops(tmp_path):
+    """An actor unpaced in simulation (control_hz 0) sends steps faster than the learner trains on them: the learner
+    stops once total_steps have arrived and it made the updates those steps are due, not the updates for every step
+    that arrived (which it would chase for as long as the actor ran)."""
+    import threading
+
+    from robotrl.runtime.transport.client import LearnerClient
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        args = ["task=gym", "device=cpu", "total_steps=300", "learning_starts=100", f"server.port={free_port()}"]
+        learner = Learner(to_learner_config(compose("learner", args)), tmp_path / "run")
+    learner.start_serving()
+    client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{learner.port}", deadline_s=10))
+    session = {"actor_id": "unpaced", "session": "s1"}
+    client.register({**session, "num_envs": 1, "task": "gym"})
+    steps = 500
+    for seq in range(4):  # 2000 env steps arrive before the learner trains at all
+        transitions = {
+            "obs.state": torch.randn(steps, 1, 3),
+            "next_obs.state": torch.randn(steps, 1, 3),
+            "action": torch.rand(steps, 1, 1) * 2 - 1,
+            "reward": -torch.rand(steps, 1),
+            "terminated": torch.zeros(steps, 1, dtype=torch.bool),
+            "truncated": (torch.arange(steps) % 50 == 49).view(steps, 1),
+            "intervened": torch.zeros(steps, 1, dtype=torch.bool),
+        }
+        client.push(request({**session, "seq": seq, "env_step": (seq + 1) * steps}, transitions))
+    client.close()
+    stop = threading.Event()
+    guard = threading.Timer(120, stop.set)  # the run must end by itself; this only bounds a failing test
+    guard.start()
+    try:
+        snapshot = learner.run(stop)
+    finally:
+        guard.cancel()
+    assert not stop.is_set(), "the learner did not stop by itself"
+    assert snapshot["env_steps"] == 2000 and learner.agent.num_updates == learner.updates_due(300) == 200
+
+
 def restored_metrics():
     from robotrl.runtime.metrics import UpdateMetrics
 
