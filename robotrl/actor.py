@@ -8,7 +8,8 @@ The actor needs only the task and the learner's address: at registration the lea
 config and observation spec, and the actor builds the same agent. Its control loop never waits on the
 network (robotrl/runtime/transport/sender.py does that on its own thread): while the learner is away it
 keeps acting with the weights it has, queues batches in a bounded outbox and resends them when the
-learner is back.
+learner is back. In simulation only, `max_steps_ahead=N` makes it wait instead while the learner has more than
+N env steps not yet trained on, so the learner's utd_ratio holds.
 
 With `hil.operator` (scripted, keyboard, spacemouse, gamepad) the env is wrapped for takeover exactly as the
 single-process loop wraps it (robotrl/hil/setup.py: wrap_for_hil; a learned reward with
@@ -91,6 +92,10 @@ class ActorConfig:
     outbox_batches: int = 1000  # unacknowledged batches kept while the learner is away; beyond, the oldest go
     total_steps: int = 0  # env steps to take, then stop; 0: until stopped
     control_hz: float = 0.0  # pace of the control loop; 0: as fast as the env steps (a robot env paces itself)
+    # Simulation only: hold the next step while the learner has more than this many env steps (every actor's, with
+    # this one's not yet delivered) whose updates it has not made, so agent.utd_ratio holds as in robotrl-train
+    # (Reverb's samples-per-insert limiter, kept at the actor). 0: never wait, as a robot's control loop must not.
+    max_steps_ahead: int = 0
     connect_timeout_s: float = 0.0  # how long to wait for the first registration; 0: forever
     flush_s: float = 10.0  # at exit, how long queued batches may take to be acknowledged
     log_interval: int = 1000
@@ -115,9 +120,22 @@ class ActorConfig:
         for name in ("num_envs", "batch_steps", "outbox_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("total_steps", "threads"):
+        for name in ("total_steps", "threads", "max_steps_ahead"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_steps_ahead:
+            if self.hardware is not None:
+                raise ValueError(
+                    f"max_steps_ahead={self.max_steps_ahead} holds steps while the learner catches up; a robot's "
+                    f"control loop never waits on the learner: leave it 0 with hardware={self.hardware.robot}"
+                )
+            batch = self.batch_steps * self.num_envs
+            if self.max_steps_ahead < batch:
+                raise ValueError(
+                    f"max_steps_ahead={self.max_steps_ahead} is below one pushed batch (batch_steps * num_envs = "
+                    f"{batch} env steps), which the learner cannot train on before it arrives; raise it or lower "
+                    "batch_steps"
+                )
         for name in ("control_hz", "connect_timeout_s", "flush_s"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -176,6 +194,10 @@ class TransitionBatcher:
         self._rows.append(transition)
         return len(self._rows) >= self.steps
 
+    def __len__(self) -> int:
+        """Steps held, not yet popped."""
+        return len(self._rows)
+
     def pop(self) -> dict[str, torch.Tensor] | None:
         if not self._rows:
             return None
@@ -221,6 +243,7 @@ class Actor:
         self.weights_version: int | None = None
         self.weights_loaded = 0  # weights versions loaded so far
         self.random_env_steps = 0  # env steps taken with uniform random actions (warm-up, or no weights yet)
+        self.paced_s = 0.0  # seconds held by max_steps_ahead, waiting for the learner's updates
         self.sender: Sender | None = None
         self.outbox = Outbox(cfg.outbox_batches)
 
@@ -324,6 +347,8 @@ class Actor:
                 if sender.fatal is not None:
                     raise sender.fatal
                 self._load_new_weights(agent)
+                if cfg.max_steps_ahead:
+                    self._wait_for_learner(len(batcher) * cfg.num_envs, stop)
                 warm_up = max(self.env_step, sender.learner_env_steps) < self.random_steps
                 random_action = self.weights_version is None or warm_up
                 transition, result = stepper.step(random_action=random_action)
@@ -352,6 +377,19 @@ class Actor:
             if writer is not None:
                 writer.close()
         return self.summary()
+
+    def _wait_for_learner(self, batched: int, stop: threading.Event) -> None:
+        """max_steps_ahead: wait while the learner's untrained steps, with this actor's `batched` and queued ones it
+        has not received, exceed it. A lost learner ends the wait (the actor acts on, as without pacing)."""
+        sender, outbox, started = self.sender, self.outbox, None
+        while not stop.is_set() and sender.connected and sender.fatal is None:
+            if sender.learner_untrained_steps + outbox.env_steps + batched <= self.cfg.max_steps_ahead:
+                break
+            started = started or time.monotonic()
+            outbox.want_progress()
+            time.sleep(0.005)
+        if started is not None:
+            self.paced_s += time.monotonic() - started
 
     def _load_new_weights(self, agent) -> bool:
         """Load the newest weights the sender received since the last look, if any; True if it did."""
@@ -382,6 +420,7 @@ class Actor:
             "weights_version": self.weights_version,
             "weights_loaded": self.weights_loaded,
             "random_env_steps": self.random_env_steps,
+            "paced_s": round(self.paced_s, 3),
             "acked_env_steps": sender.acked_env_steps if sender else 0,
             "dropped_env_steps": self.outbox.dropped_env_steps,
             "unacked_batches": len(self.outbox),

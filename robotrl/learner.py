@@ -208,6 +208,7 @@ class Learner:
         self.wal = WriteAheadLog(run_dir / "wal.log")
         self.board = WeightsBoard(incarnation=secrets.token_hex(4))
         self.service = LearnerService(spec, self.storage, self.wal, self.board)
+        self.service.train_until = cfg.total_steps or None
         self.clock_steps = 0  # env steps the agent's exploration clock has counted
         self.env_name = task_name
         self.update_metrics = UpdateMetrics()
@@ -334,6 +335,12 @@ class Learner:
         every = getattr(cfg.agent, "update_every", 1)
         return self.pretrained_updates + cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
 
+    def untrained_steps(self, due: int) -> int:
+        """The env steps whose share of the `due` updates is not made yet (updates_due's step, inverted)."""
+        agent_cfg = self.cfg.agent
+        behind = max(0, due - self.agent.num_updates)
+        return math.ceil(behind / agent_cfg.utd_ratio) * getattr(agent_cfg, "update_every", 1)
+
     def run(self, stop: threading.Event) -> dict[str, Any]:
         """Serve and train until `stop` is set or `total_steps` env steps have arrived and the updates due for
         them are made (steps that arrive beyond it are stored, not trained on)."""
@@ -355,7 +362,10 @@ class Learner:
                 self._advance_clock(received)
                 # an actor unpaced in simulation can send steps faster than they are trained on: past total_steps
                 # the updates those extra steps would be due are not made, or the learner would never catch up
-                due = self.updates_due(min(received, cfg.total_steps) if cfg.total_steps else received)
+                training = min(received, cfg.total_steps) if cfg.total_steps else received
+                due = self.updates_due(training)
+                with service.lock:
+                    service.trained_steps = training - self.untrained_steps(due)
                 if agent.num_updates < due and len(self.storage):
                     for _ in range(min(due - agent.num_updates, UPDATES_PER_TURN)):
                         with service.lock:
@@ -449,6 +459,7 @@ class Learner:
         scalars = {
             "learner/env_steps_per_s": (status["env_steps"] - last[1]) / elapsed,
             "learner/updates_per_s": (status["updates"] - last[2]) / elapsed,
+            "learner/untrained_steps": float(status["untrained_steps"]),
             "learner/actors_alive": float(status["actors_alive"]),
             "learner/weights_version": float(status["version"]),
             "learner/stored": float(sum(s["stored"] for s in streams)),

@@ -429,6 +429,29 @@ def test_a_learner_sent_more_than_total_steps_trains_on_total_steps_and_stops(tm
     assert snapshot["env_steps"] == 2000 and learner.agent.num_updates == learner.updates_due(300) == 200
 
 
+def test_an_actor_paced_by_max_steps_ahead_keeps_the_learners_update_ratio(tmp_path):
+    """An unpaced actor in simulation runs thousands of steps ahead of the learner's updates (utd_ratio then holds
+    only on paper); with max_steps_ahead it holds its next step while the learner has more untrained steps than
+    that, and the learner's own log shows it never fell further behind."""
+    run_dir = tmp_path / "learner"
+    learner = LearnerProcess(run_dir, free_port(), "learning_starts=100", "log_interval=50", "agent.batch_size=256")
+    try:
+        cfg = actor_config(learner.port, control_hz=0.0, batch_steps=10, total_steps=1500, max_steps_ahead=100)
+        _, _, thread, result = start_actor(cfg)
+        summary = join_actor(thread, result, timeout=240)
+        assert summary["env_steps"] == 1500 and summary["acked_env_steps"] == 1500 and summary["paced_s"] > 0
+    finally:
+        assert learner.stop() == 0, learner.output()
+    untrained = read_metrics(run_dir / "metrics.csv")["learner/untrained_steps"]
+    assert len(untrained) >= 20 and max(v for _, v in untrained) <= 100 + 16, untrained  # + one turn of updates
+    with pytest.raises(ValueError, match=r"max_steps_ahead=5 is below one pushed batch \(batch_steps \* num_envs = 10"):
+        actor_config(1, batch_steps=10, max_steps_ahead=5).validate()
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        on_robot = compose("actor", ["task=panda_reach", "hardware=sim_twin", "max_steps_ahead=1000"])
+        with pytest.raises(ValueError, match=r"a robot's control loop never waits on the learner: leave it 0"):
+            to_actor_config(on_robot)
+
+
 def restored_metrics():
     from robotrl.runtime.metrics import UpdateMetrics
 

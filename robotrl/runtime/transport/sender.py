@@ -50,6 +50,7 @@ class Outbox:
     next_seq: int = 0
     dropped_batches: int = 0
     dropped_env_steps: int = 0
+    _progress_wanted: bool = False  # the control loop waits on the learner's progress (max_steps_ahead): ask now
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
@@ -81,9 +82,26 @@ class Outbox:
         return released
 
     def wait(self, timeout: float) -> None:
-        """Return when a batch is queued or `timeout` passes."""
+        """Return when a batch is queued, the learner's progress is wanted, or `timeout` passes."""
         with self._ready:
-            self._ready.wait_for(lambda: bool(self._queue), timeout)
+            self._ready.wait_for(lambda: bool(self._queue) or self._progress_wanted, timeout)
+
+    def want_progress(self) -> None:
+        """Have the sender ask the learner for its progress now rather than at its next heartbeat."""
+        with self._ready:
+            self._progress_wanted = True
+            self._ready.notify_all()
+
+    def take_progress_request(self) -> bool:
+        with self._ready:
+            wanted, self._progress_wanted = self._progress_wanted, False
+            return wanted
+
+    @property
+    def env_steps(self) -> int:
+        """Transitions queued and not yet acknowledged."""
+        with self._ready:
+            return sum(batch.env_steps for batch in self._queue)
 
     def wake(self) -> None:
         with self._ready:
@@ -193,7 +211,7 @@ class Sender:
                 if batch is not None:
                     self._push(batch)
                     last_contact = time.monotonic()
-                elif time.monotonic() - last_contact >= self.cfg.heartbeat_s:
+                elif self.outbox.take_progress_request() or time.monotonic() - last_contact >= self.cfg.heartbeat_s:
                     self._apply_reply(self.client.heartbeat(self._session_header()))
                     last_contact = time.monotonic()
                 else:
@@ -261,6 +279,7 @@ class Sender:
 
     def _apply_reply(self, reply: dict[str, Any]) -> None:
         self.learner_env_steps = int(reply.get("env_steps", 0))
+        self.learner_untrained_steps = int(reply.get("untrained_steps", 0))
         self.learner_weights = reply.get("weights_id")
 
     def _pull_weights_if_new(self) -> None:

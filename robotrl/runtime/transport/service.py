@@ -81,6 +81,10 @@ class LearnerService:
         self.wal_generation = 0  # the loaded checkpoint's generation (0: none, or one saved before generations)
         # set by the learner's loop, reported by Status
         self.updates = 0
+        # env steps whose updates the learner has made (its loop sets it each turn); the rest of those received, up
+        # to `train_until` (its total_steps), are `untrained_steps`, what a paced actor (max_steps_ahead) waits on
+        self.trained_steps = 0
+        self.train_until: int | None = None
         self.last_checkpoint_step: int | None = None
 
     def handlers(self) -> dict[str, Callable[[bytes], bytes]]:
@@ -93,6 +97,12 @@ class LearnerService:
         }
 
     # ---- methods --------------------------------------------------------------------------------------
+
+    @property
+    def untrained_steps(self) -> int:
+        """Env steps received (up to `train_until`) whose updates are not made yet; read under `lock`."""
+        received = self.env_steps if self.train_until is None else min(self.env_steps, self.train_until)
+        return max(0, received - self.trained_steps)
 
     def register(self, request: bytes) -> bytes:
         header, _ = decode(request, SMALL_REQUEST_BYTES)
@@ -138,6 +148,7 @@ class LearnerService:
                 "max_message_bytes": self.spec.max_message_bytes,
                 "acked_seq": delivery.acked_seq,
                 "env_steps": self.env_steps,
+                "untrained_steps": self.untrained_steps,
                 "weights_id": weights_id,
                 "version": version,
             }
@@ -235,6 +246,7 @@ class LearnerService:
                 "offline": self.storage.offline_stats(),
                 "env_steps": self.env_steps,
                 "updates": self.updates,
+                "untrained_steps": self.untrained_steps,
                 "weights_id": weights_id,
                 "version": version,
                 "last_checkpoint_step": self.last_checkpoint_step,
@@ -328,6 +340,7 @@ class LearnerService:
         return {
             "acked_seq": delivery.acked_seq,
             "env_steps": self.env_steps,
+            "untrained_steps": self.untrained_steps,
             "weights_id": weights_id,
             "version": version,
         }
