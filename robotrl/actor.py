@@ -90,7 +90,7 @@ class ActorConfig:
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     batch_steps: int = 50  # env steps per pushed batch (each of num_envs transitions)
     outbox_batches: int = 1000  # unacknowledged batches kept while the learner is away; beyond, the oldest go
-    total_steps: int = 0  # env steps to take, then stop; 0: until stopped
+    total_steps: int = 0  # env steps to take, then stop; 0: until stopped (or the learner has its total_steps)
     control_hz: float = 0.0  # pace of the control loop; 0: as fast as the env steps (a robot env paces itself)
     # Simulation only: hold the next step while the learner has more than this many env steps (every actor's, with
     # this one's not yet delivered) whose updates it has not made, so agent.utd_ratio holds as in robotrl-train
@@ -133,8 +133,8 @@ class ActorConfig:
             if self.max_steps_ahead < batch:
                 raise ValueError(
                     f"max_steps_ahead={self.max_steps_ahead} is below one pushed batch (batch_steps * num_envs = "
-                    f"{batch} env steps), which the learner cannot train on before it arrives; raise it or lower "
-                    "batch_steps"
+                    f"{batch} env steps), which the learner cannot train on before it arrives; raise it, or lower "
+                    "batch_steps or num_envs"
                 )
         for name in ("control_hz", "connect_timeout_s", "flush_s"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
@@ -244,6 +244,7 @@ class Actor:
         self.weights_loaded = 0  # weights versions loaded so far
         self.random_env_steps = 0  # env steps taken with uniform random actions (warm-up, or no weights yet)
         self.paced_s = 0.0  # seconds held by max_steps_ahead, waiting for the learner's updates
+        self.learner_done = False  # stopped because the learner had received its total_steps
         self.sender: Sender | None = None
         self.outbox = Outbox(cfg.outbox_batches)
 
@@ -278,6 +279,11 @@ class Actor:
         if cfg.batch_steps > int(reply["max_batch_steps"]):
             raise ValueError(
                 f"batch_steps={cfg.batch_steps} exceeds the learner's max_batch_steps={reply['max_batch_steps']}"
+            )
+        if cfg.max_steps_ahead and "untrained_steps" not in reply:
+            raise ValueError(
+                f"max_steps_ahead={cfg.max_steps_ahead}: the learner does not report its untrained steps (an older "
+                "robotrl-learner), so this actor could not be paced; update the learner or leave max_steps_ahead 0"
             )
         if self._make_env is not None:
             env = self._make_env(agent_cfg)
@@ -314,7 +320,8 @@ class Actor:
         return env, agent
 
     def run(self, stop: threading.Event | None = None) -> dict[str, Any]:
-        """Act until `total_steps` or `stop` is set; returns a summary."""
+        """Act until `total_steps`, until the learner has received its own total_steps, or until `stop` is set;
+        returns a summary."""
         from robotrl.runtime.loop import EpisodeStats
 
         cfg = self.cfg
@@ -346,6 +353,10 @@ class Actor:
             while not stop.is_set() and not (cfg.total_steps and self.env_step >= cfg.total_steps):
                 if sender.fatal is not None:
                     raise sender.fatal
+                if sender.learner_total_steps and sender.learner_env_steps >= sender.learner_total_steps:
+                    self.learner_done = True  # more steps would be stored, never trained on
+                    log.info("the learner has its total_steps=%d env steps: stopping", sender.learner_total_steps)
+                    break
                 self._load_new_weights(agent)
                 if cfg.max_steps_ahead:
                     self._wait_for_learner(len(batcher) * cfg.num_envs, stop)
@@ -386,8 +397,8 @@ class Actor:
             if sender.learner_untrained_steps + outbox.env_steps + batched <= self.cfg.max_steps_ahead:
                 break
             started = started or time.monotonic()
-            outbox.want_progress()
-            time.sleep(0.005)
+            outbox.want_progress()  # one progress call per wait: each takes the lock the learner samples under
+            time.sleep(0.02)
         if started is not None:
             self.paced_s += time.monotonic() - started
 
@@ -421,6 +432,7 @@ class Actor:
             "weights_loaded": self.weights_loaded,
             "random_env_steps": self.random_env_steps,
             "paced_s": round(self.paced_s, 3),
+            "learner_done": self.learner_done,
             "acked_env_steps": sender.acked_env_steps if sender else 0,
             "dropped_env_steps": self.outbox.dropped_env_steps,
             "unacked_batches": len(self.outbox),

@@ -9,12 +9,14 @@ robotrl-learner task=panda_push her_ratio=0.8                   # hindsight goal
 Each actor's steps land in its own replay stream (robotrl/runtime/transport/storage.py). The update loop runs
 `agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have arrived, and
 publishes a new weights version every `weights_every` updates. The actors are not paced by it: an actor in
-simulation (control_hz 0) may send steps faster than they are trained on, so the updates trail the ratio; with
-`total_steps` the learner stops once that many steps have arrived and their updates are made. A batch is
-acknowledged only once it is appended and fsynced to `<run dir>/wal.log`; a checkpoint (which holds the replay)
-empties that log and starts it on the checkpoint's generation. A learner restarted in the same run directory loads
-the latest checkpoint, then replays the log, so nothing it acknowledged is lost; a log of an older generation (the
-learner died between a checkpoint and emptying the log) is all in the checkpoint and is not replayed.
+simulation (control_hz 0) may send steps faster than they are trained on, so the updates trail the ratio, unless it
+runs with `max_steps_ahead` (it waits while this learner's `untrained_steps`, reported in every reply, exceed it).
+With `total_steps` the learner stops once that many steps have arrived and their updates are made; its actors, told
+the figure at registration, stop once it has them. A batch is acknowledged only once it is appended and fsynced to
+`<run dir>/wal.log`; a checkpoint (which holds the replay) empties that log and starts it on the checkpoint's
+generation. A learner restarted in the same run directory loads the latest checkpoint, then replays the log, so
+nothing it acknowledged is lost; a log of an older generation (the learner died between a checkpoint and emptying
+the log) is all in the checkpoint and is not replayed.
 
 With `hil.pretrain_updates=N` the learner first makes N updates on the demonstrations alone (as robotrl-train
 does) and publishes those weights before it serves: actors act with the cloned policy from their first step.
@@ -117,7 +119,9 @@ class LearnerConfig:
     # share of sampled transitions or sequences, from every actor's stream and the offline buffer, that ask for a
     # goal their episode reached later. Goal-conditioned state tasks only; not with a learned reward.
     her_ratio: float = 0.0
-    total_steps: int = 0  # env steps received after which the learner saves and stops; 0: until stopped
+    # env steps to train on: once received (all actors) and their updates made, the learner saves and stops, and its
+    # actors, told at registration, stop too; 0: until stopped
+    total_steps: int = 0
     weights_every: int = 100  # updates per published weights version
     log_interval: int = 1000  # env steps received
     checkpoint_interval: int = 10_000  # env steps received between checkpoints (bounds the write-ahead log)
@@ -199,6 +203,8 @@ class Learner:
             obs_spec=obs_spec,
             action_dim=action_dim,
             random_steps=0 if cfg.hil.pretrain_updates else cfg.learning_starts,
+            total_steps=cfg.total_steps,
+            her_ratio=cfg.her_ratio,
             max_actors=cfg.max_actors,
             max_batch_steps=cfg.max_batch_steps,
             max_message_bytes=cfg.server.max_message_bytes,
@@ -216,6 +222,7 @@ class Learner:
         self.resumed = self._restore()
         if cfg.hil.pretrain_updates and self.agent.num_updates == 0:  # not again once a checkpoint holds them
             self._pretrain()
+        self._report_progress(self._trainable(self.service.env_steps))  # a restart's actors see its real progress
         self.server = None
         self.port: int | None = None
         self._alive: set[str] = set()
@@ -335,6 +342,20 @@ class Learner:
         every = getattr(cfg.agent, "update_every", 1)
         return self.pretrained_updates + cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
 
+    def _trainable(self, received: int) -> int:
+        """Of the env steps received, those the learner trains on: up to total_steps. An actor unpaced in simulation
+        can send steps faster than they are trained on; were the updates due for the steps past total_steps made,
+        the learner would never catch up and stop."""
+        return min(received, self.cfg.total_steps) if self.cfg.total_steps else received
+
+    def _report_progress(self, training: int) -> int:
+        """The updates due for `training` env steps; tells the service which of them those made so far cover (what
+        paced actors wait on, `LearnerService.untrained_steps`)."""
+        due = self.updates_due(training)
+        with self.service.lock:
+            self.service.trained_steps = training - self.untrained_steps(due)
+        return due
+
     def untrained_steps(self, due: int) -> int:
         """The env steps whose share of the `due` updates is not made yet (updates_due's step, inverted)."""
         agent_cfg = self.cfg.agent
@@ -359,18 +380,15 @@ class Learner:
             while not stop.is_set():
                 with service.lock:
                     received = service.env_steps
-                self._advance_clock(received)
-                # an actor unpaced in simulation can send steps faster than they are trained on: past total_steps
-                # the updates those extra steps would be due are not made, or the learner would never catch up
-                training = min(received, cfg.total_steps) if cfg.total_steps else received
-                due = self.updates_due(training)
-                with service.lock:
-                    service.trained_steps = training - self.untrained_steps(due)
+                training = self._trainable(received)
+                self._advance_clock(training)
+                due = self._report_progress(training)
                 if agent.num_updates < due and len(self.storage):
                     for _ in range(min(due - agent.num_updates, UPDATES_PER_TURN)):
                         with service.lock:
                             batch = self.storage.sample(agent.cfg.batch_size)
                         update_metrics.add(agent.update(batch))  # outside the lock: actors keep pushing
+                    self._report_progress(training)
                     service.updates = agent.num_updates
                     if agent.num_updates - published >= cfg.weights_every:
                         self.board.publish(agent, agent.num_updates)

@@ -452,6 +452,23 @@ def test_an_actor_paced_by_max_steps_ahead_keeps_the_learners_update_ratio(tmp_p
             to_actor_config(on_robot)
 
 
+def test_an_actor_stops_once_its_learner_has_its_total_steps_and_the_learner_exits(tmp_path):
+    """The learner tells actors its total_steps at registration: an actor with no budget of its own stops once the
+    learner has received them (its further steps would be stored, never trained on), and the learner exits by
+    itself once it made their updates."""
+    learner = LearnerProcess(tmp_path / "learner", free_port(), "total_steps=300")
+    try:
+        cfg = actor_config(learner.port, control_hz=0.0, batch_steps=10, total_steps=0, max_steps_ahead=100)
+        _, _, thread, result = start_actor(cfg)
+        summary = join_actor(thread, result, timeout=120)
+        assert summary["learner_done"] and 300 <= summary["env_steps"] <= 300 + 100 + 10, summary
+        assert learner.proc.wait(60) == 0, learner.output()
+    finally:
+        learner.stop()
+    checkpoints = re.findall(r"checkpoint at (\d+) env steps, (\d+) updates", learner.output())
+    assert checkpoints and int(checkpoints[-1][0]) >= 300 and checkpoints[-1][1] == "200", learner.output()
+
+
 def restored_metrics():
     from robotrl.runtime.metrics import UpdateMetrics
 

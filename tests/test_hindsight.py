@@ -214,7 +214,8 @@ def _learner(run_dir, *overrides):
 def test_a_learner_relabels_what_its_actors_stream_and_its_offline_buffer(tmp_path):
     """robotrl-learner her_ratio=1 on panda_reach: every transition it samples from an actor's stream (real env
     steps taken by the actor's stepper, sent as the actor batches them) asks for a position the tool point
-    reached at or after that step in the same episode, with the reward, success and termination recomputed."""
+    reached at or after that step in the same episode, with the reward, success and termination recomputed; the
+    steps an operator took over, copied to the offline buffer, are relabelled there alike."""
     from robotrl.actor import EnvStepper, TransitionBatcher
 
     args = ("task=panda_reach", "task.reward=sparse", "task.terminate_on_success=true", "task.episode_steps=20")
@@ -222,8 +223,9 @@ def test_a_learner_relabels_what_its_actors_stream_and_its_offline_buffer(tmp_pa
     learner.wal.close()
     env = make_env(learner.cfg.task, num_envs=2)
     stepper, batcher = EnvStepper(env, learner.agent, seed=3), TransitionBatcher(10)
-    for _ in range(60):
+    for t in range(60):
         transition, _ = stepper.step(random_action=True)
+        transition["intervened"] = torch.tensor([False, 25 <= t < 45])  # env 1: an operator's 20 steps
         if batcher.add(transition):
             learner.storage.add("arm-1", batcher.pop())
     env.close()
@@ -250,6 +252,14 @@ def test_a_learner_relabels_what_its_actors_stream_and_its_offline_buffer(tmp_pa
     assert torch.equal(batch.discount.squeeze(-1) == 0, success), "a relabelled success ends its episode"
     # random steps seldom reach the target the task set; a goal they reached later often lies close by
     assert stored_success.float().mean() < 0.1 and success.float().mean() > 0.5
+
+    offline = learner.storage.offline
+    assert len(offline) == 20
+    corrected = offline.sample(256)
+    reached = offline.next_obs["ee_pos"][:20, 0]
+    goal = corrected.obs["target"]
+    assert all((reached == g).all(-1).any() for g in goal), "the goals are where the corrected steps reached"
+    assert torch.equal(corrected.reward.squeeze(-1), hindsight.spec.reward(corrected.next_obs, goal))
 
 
 def test_a_learner_refuses_relabelling_it_could_not_compute_by_name(tmp_path):

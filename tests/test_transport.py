@@ -595,16 +595,20 @@ def test_server_keeps_serving_after_a_handler_fails():
 
 
 @pytest.mark.parametrize(
-    ("demo_rewards", "learned_reward", "refused"),
+    ("demo_rewards", "learned_reward", "refused", "her_ratio"),
     [
-        ("recorded", True, "give the learner the same hil.reward_classifier"),
-        ("classifier", False, "give the actor the same hil.reward_classifier"),
-        ("classifier", True, None),
-        (None, True, None),  # no demonstrations: nothing to disagree with
+        ("recorded", True, "give the learner the same hil.reward_classifier", 0.0),
+        ("classifier", False, "give the actor the same hil.reward_classifier", 0.0),
+        ("classifier", True, None, 0.0),
+        (None, True, None, 0.0),  # no demonstrations: nothing to disagree with
+        (None, True, r"relabels goals \(her_ratio=0.8\) with the task's reward", 0.8),  # nor demos to relabel
+        (None, False, None, 0.8),
     ],
 )
-def test_an_actor_must_score_steps_as_the_learners_demonstrations_are(tmp_path, demo_rewards, learned_reward, refused):
-    spec = LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, MB, 1.0, demo_rewards=demo_rewards)
+def test_an_actor_must_score_steps_as_the_learners_demonstrations_are(
+    tmp_path, demo_rewards, learned_reward, refused, her_ratio
+):
+    spec = LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, MB, 1.0, demo_rewards=demo_rewards, her_ratio=her_ratio)
     service = LearnerService(spec, hil_group(), WriteAheadLog(tmp_path / "wal.log"), WeightsBoard("x"))
     header = {"actor_id": "arm", "session": "s", "num_envs": 2, "task": "t", "learned_reward": learned_reward}
     if refused is None:

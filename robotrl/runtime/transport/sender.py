@@ -172,6 +172,7 @@ class Sender:
         self.acked_env_steps = 0  # transitions the learner acknowledged (durably stored)
         self.refused_batches = 0
         self.reconnects = 0
+        self.learner_total_steps = 0  # the learner's total_steps (registration replies); 0: it trains until stopped
         self._apply_reply(first_reply)
         self.outbox.acknowledge(first_reply["acked_seq"])
         self._thread = threading.Thread(target=self._run, name=f"sender-{registration['actor_id']}", daemon=True)
@@ -244,8 +245,8 @@ class Sender:
             raise ConnectionRefusedError(
                 f"the learner now trains another agent config than at this actor's start: {reply['agent']}"
             )
+        self._apply_reply(reply)  # before the acknowledgement: a paced actor never misses an acknowledged batch
         self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
-        self._apply_reply(reply)
         self.connected = True
         self.reconnects += 1
         log.info("reconnected to the learner; %d batches to resend", len(self.outbox))
@@ -274,12 +275,14 @@ class Sender:
             )
             self.outbox.acknowledge(batch.seq)
             return
+        self._apply_reply(reply)  # before the acknowledgement: a paced actor never misses an acknowledged batch
         self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
-        self._apply_reply(reply)
 
     def _apply_reply(self, reply: dict[str, Any]) -> None:
         self.learner_env_steps = int(reply.get("env_steps", 0))
         self.learner_untrained_steps = int(reply.get("untrained_steps", 0))
+        if "total_steps" in reply:  # registration replies: a learner restarted with another budget says so
+            self.learner_total_steps = int(reply["total_steps"])
         self.learner_weights = reply.get("weights_id")
 
     def _pull_weights_if_new(self) -> None:

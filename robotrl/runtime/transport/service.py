@@ -67,6 +67,8 @@ class LearnerSpec:
     # how the demonstrations in the offline buffer are rewarded, if there are any: None (no demos), "recorded"
     # (as recorded) or "classifier" (a reward classifier's verdicts); an actor must score its steps the same way
     demo_rewards: str | None = None
+    total_steps: int = 0  # env steps (all actors) the learner trains on, then stops; 0: until stopped
+    her_ratio: float = 0.0  # goal relabelling recomputes the task's reward: no actor may score with a classifier
 
 
 class LearnerService:
@@ -144,6 +146,7 @@ class LearnerService:
                 "obs_spec": spec_to_json(self.spec.obs_spec),
                 "action_dim": self.spec.action_dim,
                 "random_steps": self.spec.random_steps,
+                "total_steps": self.spec.total_steps,
                 "max_batch_steps": self.spec.max_batch_steps,
                 "max_message_bytes": self.spec.max_message_bytes,
                 "acked_seq": delivery.acked_seq,
@@ -159,6 +162,13 @@ class LearnerService:
         from the demos, and a demo success scored -1..0 beside online 0..1 teaches that success is worthless."""
         if not isinstance(learned_reward, bool):
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"learned_reward must be a bool, got {learned_reward!r}")
+        if learned_reward and self.spec.her_ratio:
+            raise RpcFailure(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"this learner relabels goals (her_ratio={self.spec.her_ratio:g}) with the task's reward, which an "
+                "actor scoring its steps with a reward classifier does not use: drop the actor's "
+                "hil.reward_classifier or set the learner's her_ratio=0",
+            )
         if self.spec.demo_rewards is None or learned_reward == (self.spec.demo_rewards == "classifier"):
             return
         if learned_reward:
