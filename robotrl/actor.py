@@ -48,7 +48,7 @@ from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
 from robotrl.runtime.env import StepResult, VecEnv
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
-from robotrl.runtime.transport.protocol import ACTOR_ID
+from robotrl.runtime.transport.protocol import ACTOR_ID, task_settings
 from robotrl.runtime.transport.sender import Outbox, Sender, register_until_accepted
 from robotrl.runtime.transport.weights import actor_owned, load_policy_state
 from robotrl.runtime.transport.wire import WireError, spec_from_json
@@ -259,6 +259,7 @@ class Actor:
             "session": self.session,
             "num_envs": cfg.num_envs,
             "task": cfg.task.name,
+            "task_settings": task_settings(cfg.task),
             "learned_reward": bool(cfg.hil.reward_classifier),
         }
 

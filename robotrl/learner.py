@@ -62,6 +62,7 @@ from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.memory import check_fits
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.transport.config import ServeConfig
+from robotrl.runtime.transport.protocol import task_settings
 from robotrl.runtime.transport.security import check_serve_security, load_token
 from robotrl.runtime.transport.server import serve
 from robotrl.runtime.transport.service import LearnerService, LearnerSpec
@@ -205,6 +206,7 @@ class Learner:
             random_steps=0 if cfg.hil.pretrain_updates else cfg.learning_starts,
             total_steps=cfg.total_steps,
             her_ratio=cfg.her_ratio,
+            task_settings=task_settings(cfg.task),
             max_actors=cfg.max_actors,
             max_batch_steps=cfg.max_batch_steps,
             max_message_bytes=cfg.server.max_message_bytes,

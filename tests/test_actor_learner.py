@@ -26,6 +26,7 @@ from robotrl.runtime.loop import make_training_env
 from robotrl.runtime.metrics import read_metrics
 from robotrl.runtime.transport.client import request
 from robotrl.runtime.transport.config import ConnectConfig
+from robotrl.runtime.transport.protocol import task_settings
 from robotrl.runtime.transport.wire import encode
 
 TASK = GymTaskConfig(env_id="Pendulum-v1", max_episode_steps=50)
@@ -128,7 +129,7 @@ def test_two_actors_stream_flagged_transitions_and_receive_weights(learner, tmp_
 def test_malformed_pushes_are_refused_by_name_and_the_learner_serves_on(learner):
     client = learner.client
     session = {"actor_id": "prober", "session": "p1"}
-    reply = client.register({**session, "num_envs": 1, "task": "gym"})
+    reply = client.register({**session, "num_envs": 1, "task": "gym", "task_settings": task_settings(TASK)})
     assert reply["obs_spec"] == {"state": {"shape": [3], "dtype": "float32"}} and reply["action_dim"] == 1
 
     def batch(**changes):
@@ -172,6 +173,18 @@ def test_malformed_pushes_are_refused_by_name_and_the_learner_serves_on(learner)
     status = learner.status()
     assert status["rejected"] == rejected_before + len(cases) + 1
     assert status["streams"]["prober"]["transitions"] == 2
+
+
+def test_an_actor_whose_task_settings_differ_from_the_learners_is_refused_by_name(learner):
+    """Registration compares every task setting that changes what a step means (a reward, an episode length, a
+    control mode); those that do not (the simulator, threads, video size) may differ."""
+    other = GymTaskConfig(env_id="Pendulum-v1", max_episode_steps=60, render_width=64)
+    _, _, thread, result = start_actor(actor_config(learner.port, task=other, actor_id="mismatched"))
+    with pytest.raises(ConnectionRefusedError, match=r"task\.max_episode_steps=60 \(the learner's: 50\)") as err:
+        join_actor(thread, result, timeout=60)
+    assert "render_width" not in str(err.value) and "mismatched" not in learner.status()["streams"]
+    with pytest.raises(grpc.RpcError, match=r"task_settings must be the actor's task config \(an object\), got str"):
+        learner.client.register({"actor_id": "odd", "session": "s", "num_envs": 1, "task": "gym", "task_settings": "x"})
 
 
 def test_learner_killed_and_restarted_loses_no_acknowledged_transition(learner):
@@ -342,7 +355,8 @@ def test_a_learner_pretrained_on_demos_serves_the_cloned_policy_and_its_actors_s
     learner = LearnerProcess(run_dir, free_port(), f"hil.demos=[{demos}]", *pretrain, base=PICK_ARGS)
     try:
         client = learner.client
-        reply = client.register({"actor_id": "probe", "session": "p1", "num_envs": 1, "task": "panda_pick_cube"})
+        probe = {"actor_id": "probe", "session": "p1", "num_envs": 1, "task": "panda_pick_cube"}
+        reply = client.register({**probe, "task_settings": task_settings(PICK)})
         assert reply["random_steps"] == 0 and reply["version"] == 300  # the pretrained weights, before any step
         cfg = actor_config(learner.port, task=PICK, actor_id="arm", num_envs=1, total_steps=60)
         summary = join_actor(*start_actor(cfg)[2:])
@@ -404,7 +418,7 @@ def test_a_learner_sent_more_than_total_steps_trains_on_total_steps_and_stops(tm
     learner.start_serving()
     client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{learner.port}", deadline_s=10))
     session = {"actor_id": "unpaced", "session": "s1"}
-    client.register({**session, "num_envs": 1, "task": "gym"})
+    client.register({**session, "num_envs": 1, "task": "gym", "task_settings": task_settings(learner.cfg.task)})
     steps = 500
     for seq in range(4):  # 2000 env steps arrive before the learner trains at all
         transitions = {
@@ -501,13 +515,15 @@ def test_an_actor_whose_stream_cannot_fit_is_refused_by_name_and_the_learner_ser
     image = 64
     capacity = int(0.6 * available_ram() / (3 * image * image))
     pixels = ["task=panda_reach", "task.obs=pixels", f"task.image_size={image}", "agent=drqv2"]
+    reach = task_settings(TASK_CONFIGS["panda_reach"](name="panda_reach", obs="pixels", image_size=image))
     sized = [f"replay_capacity={capacity}", "hil.offline_capacity=100", "learning_starts=100000"]
     learner = LearnerProcess(tmp_path / "run", free_port(), *sized, base=[*pixels, "server.heartbeat_timeout_s=3"])
     try:
         client = learner.client
-        first = client.register({"actor_id": "arm-1", "session": "s1", "num_envs": 1, "task": "panda_reach"})
+        arm = {"session": "s1", "num_envs": 1, "task": "panda_reach", "task_settings": reach}
+        first = client.register({"actor_id": "arm-1", **arm})
         with pytest.raises(grpc.RpcError) as err:
-            client.register({"actor_id": "arm-2", "session": "s1", "num_envs": 1, "task": "panda_reach"})
+            client.register({"actor_id": "arm-2", **arm})
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # for good: the actor stops, saying why
         message = err.value.details()
         assert re.search(rf"replay_capacity={capacity} \(actor 'arm-2'.s stream, 1 envs\): \d+\.\d GB", message)
@@ -517,7 +533,7 @@ def test_an_actor_whose_stream_cannot_fit_is_refused_by_name_and_the_learner_ser
         fit = int(re.search(r"about ([\d,]+) fit beside the rest", message)[1].replace(",", ""))
         assert 0.3 * capacity < fit < 0.8 * capacity, (fit, capacity)
 
-        again = client.register({"actor_id": "arm-1", "session": "s1", "num_envs": 1, "task": "panda_reach"})
+        again = client.register({"actor_id": "arm-1", **arm})
         assert again["obs_spec"] == first["obs_spec"]  # the first actor reconnects: its stream exists
         status = learner.status()
         assert set(status["streams"]) == {"arm-1"} and "refused actor 'arm-2'" in learner.output()

@@ -2,8 +2,8 @@
 
 Every method is unary-unary over raw bytes (wire.py payloads both ways):
 
-  Register   actor -> learner  {actor_id, session, num_envs, task}  ->  agent config, obs spec, action dim,
-                               warm-up length, the last sequence number acknowledged for this session
+  Register   actor -> learner  {actor_id, session, num_envs, task, task_settings}  ->  agent config, obs spec,
+                               action dim, warm-up length, total_steps, the last sequence number acknowledged
   Push       a transition batch [steps, envs, ...] with {actor_id, session, seq}  ->  {acked_seq, ...},
              sent only once the batch is durable (write-ahead log fsynced)
   Weights    {have}  ->  the policy's tensors and {weights_id, version}, or no tensors when `have` is current
@@ -13,6 +13,8 @@ Every method is unary-unary over raw bytes (wire.py payloads both ways):
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from typing import Any
 
@@ -27,6 +29,15 @@ PROTOCOL_VERSION = 1
 
 ACTOR_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 AUTH_METADATA_KEY = "authorization"  # value: "Bearer <token>"
+# task settings that do not change what a step means (the simulator, its threads, videos): an actor may differ
+TASK_SETTINGS_FREE = frozenset({"backend", "sim_threads", "render_width", "render_height", "camera"})
+
+
+def task_settings(task_cfg: Any) -> dict[str, Any]:
+    """The task config's settings (as JSON values) an actor must share with its learner: its reward, episode length,
+    control, observations, ... Every one but TASK_SETTINGS_FREE."""
+    values = dataclasses.asdict(task_cfg) if dataclasses.is_dataclass(task_cfg) else dict(task_cfg)
+    return json.loads(json.dumps({k: v for k, v in values.items() if k not in TASK_SETTINGS_FREE}))
 
 
 def method_path(method: str) -> str:

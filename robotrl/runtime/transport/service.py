@@ -69,6 +69,8 @@ class LearnerSpec:
     demo_rewards: str | None = None
     total_steps: int = 0  # env steps (all actors) the learner trains on, then stops; 0: until stopped
     her_ratio: float = 0.0  # goal relabelling recomputes the task's reward: no actor may score with a classifier
+    # the learner's task_settings(); an actor registering with other ones is refused (None: not checked)
+    task_settings: dict[str, Any] | None = None
 
 
 class LearnerService:
@@ -120,6 +122,7 @@ class LearnerService:
             raise RpcFailure(
                 grpc.StatusCode.FAILED_PRECONDITION, f"the actor runs task {task!r}, this learner {self.spec.task!r}"
             )
+        self._check_task_settings(header.get("task_settings"))
         self._check_rewards_match(header.get("learned_reward", False))
         with self.lock:
             if actor not in self.ledger.actors and len(self.ledger.actors) >= self.spec.max_actors:
@@ -156,6 +159,29 @@ class LearnerService:
                 "version": version,
             }
         return encode({}, reply)
+
+    def _check_task_settings(self, sent) -> None:
+        """An actor stepping the task with another reward, episode length, control or observations than the
+        learner's config would fill its replay with steps that mean something else than the learner assumes (a
+        sparse reward beside dense demos, episodes relabelled over the wrong length): refused, naming the keys."""
+        ours = self.spec.task_settings
+        if ours is None:
+            return
+        if not isinstance(sent, dict):
+            raise RpcFailure(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"task_settings must be the actor's task config (an object), got {type(sent).__name__}",
+            )
+        missing = object()
+        differ = sorted(k for k in sent.keys() | ours.keys() if sent.get(k, missing) != ours.get(k, missing))
+        if differ:
+            pairs = ", ".join(
+                f"task.{k}={sent.get(k, '<unset>')!r} (the learner's: {ours.get(k, '<unset>')!r})" for k in differ
+            )
+            raise RpcFailure(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the actor's task config differs from the learner's: {pairs}; run the same task settings on both",
+            )
 
     def _check_rewards_match(self, learned_reward) -> None:
         """Demonstrations and an actor's steps must share one reward function: half of each batch is drawn
