@@ -38,7 +38,7 @@ KNOWN_RELATIVE = {"to_target": "target", "tip_to_hole": "hole"}
 
 @dataclass
 class DeployConfig:
-    run: str = "???"  # a robotrl-train run directory (config.yaml and checkpoints/)
+    run: str = "???"  # a robotrl-train or robotrl-learner run directory (config.yaml and checkpoints/)
     hardware: RobotEnvConfig = field(default_factory=RobotEnvConfig)
     episodes: int = 1
     duration: float | None = None  # seconds; stops the session (mid-episode) when it passes
@@ -109,18 +109,13 @@ class BagRecorder:
 
 def load_policy(run: str | Path, device: str = "cpu"):
     """(agent, train config, the simulated env's observation spec and action dim, task facts) of a run."""
-    from omegaconf import OmegaConf
-
     from robotrl.agents import make_agent
-    from robotrl.config import to_train_config
+    from robotrl.config import load_run_config
     from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
     from robotrl.runtime.loop import resolve_device
 
     run_dir = Path(run)
-    config_path = run_dir / "config.yaml"
-    if not config_path.exists():
-        raise FileNotFoundError(f"run={str(run)!r}: {config_path} does not exist (not a robotrl run directory?)")
-    train_cfg = to_train_config(OmegaConf.load(config_path))
+    train_cfg = load_run_config(run_dir)  # robotrl-train's run, or robotrl-learner's (a fine-tuning session)
     facts, obs_spec, action_dim = task_facts(train_cfg)
     agent = make_agent(train_cfg.agent, obs_spec, action_dim, resolve_device(device))
     ckpt = latest_checkpoint(run_dir / "checkpoints")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -84,7 +85,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    run: str = MISSING  # the run directory to evaluate
+    run: str = MISSING  # the run directory to evaluate: robotrl-train's or robotrl-learner's
     episodes: int = 10
     seed: int = 12345
     video: bool = True
@@ -174,3 +175,20 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
     obj = OmegaConf.to_object(typed_train_config(cfg))
     obj.validate()
     return obj
+
+
+def load_run_config(run: str | Path, backend: str | None = None) -> Any:
+    """The typed config a run directory saved (its config.yaml): robotrl-train's TrainConfig, or robotrl-learner's
+    LearnerConfig (the policy of a fine-tuning session). Both carry the `agent` and `task` that evaluation and
+    deployment rebuild the policy from; `backend` replaces the saved simulator."""
+    path = Path(run) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"run={str(run)!r}: {path} does not exist (not a robotrl run directory?)")
+    saved = OmegaConf.load(path)
+    if backend is not None:  # the top-level key wins over the saved task.backend
+        saved.backend = backend
+    if "server" in saved:  # only robotrl-learner's schema has one
+        from robotrl.learner import to_learner_config
+
+        return to_learner_config(saved)
+    return to_train_config(saved)

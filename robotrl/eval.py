@@ -15,9 +15,9 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from robotrl.config import EvalConfig, register_configs, strict_object, to_train_config
+from robotrl.config import EvalConfig, load_run_config, register_configs, strict_object
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -31,13 +31,7 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
 
     cfg.validate()
     run_dir = Path(cfg.run)
-    config_path = run_dir / "config.yaml"
-    if not config_path.exists():
-        raise FileNotFoundError(f"run={cfg.run!r}: {config_path} does not exist (not a robotrl run directory?)")
-    saved = OmegaConf.load(config_path)
-    if cfg.backend is not None:  # the top-level key wins over the saved task.backend
-        saved.backend = cfg.backend
-    train_cfg = to_train_config(saved)
+    train_cfg = load_run_config(run_dir, cfg.backend)  # robotrl-train's run, or robotrl-learner's
     env = make_training_env(train_cfg, num_envs=1, render=cfg.video)
     agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, resolve_device(cfg.device))
     ckpt = latest_checkpoint(run_dir / "checkpoints")

@@ -5,6 +5,7 @@ no transition it acknowledged while the actor keeps acting, and human in the loo
 (the operator at the actor, the demonstrations at the learner) fills one offline buffer that survives a crash."""
 
 import json
+import math
 import re
 from types import SimpleNamespace
 
@@ -469,7 +470,12 @@ def test_an_actor_paced_by_max_steps_ahead_keeps_the_learners_update_ratio(tmp_p
 def test_an_actor_stops_once_its_learner_has_its_total_steps_and_the_learner_exits(tmp_path):
     """The learner tells actors its total_steps at registration: an actor with no budget of its own stops once the
     learner has received them (its further steps would be stored, never trained on), and the learner exits by
-    itself once it made their updates."""
+    itself once it made their updates. robotrl-eval (and deployment, through the same loader) takes the learner's
+    run directory as it takes robotrl-train's."""
+    from robotrl.config import EvalConfig, load_run_config
+    from robotrl.eval import run as run_eval
+    from robotrl.learner import LearnerConfig
+
     learner = LearnerProcess(tmp_path / "learner", free_port(), "total_steps=300")
     try:
         cfg = actor_config(learner.port, control_hz=0.0, batch_steps=10, total_steps=0, max_steps_ahead=100)
@@ -481,6 +487,10 @@ def test_an_actor_stops_once_its_learner_has_its_total_steps_and_the_learner_exi
         learner.stop()
     checkpoints = re.findall(r"checkpoint at (\d+) env steps, (\d+) updates", learner.output())
     assert checkpoints and int(checkpoints[-1][0]) >= 300 and checkpoints[-1][1] == "200", learner.output()
+    assert isinstance(load_run_config(tmp_path / "learner"), LearnerConfig)
+    (tmp_path / "eval").mkdir()
+    result = run_eval(EvalConfig(run=str(tmp_path / "learner"), episodes=2, video=False), tmp_path / "eval")
+    assert result["episodes"] == 2 and result["length"] == 50 and math.isfinite(result["return"])
 
 
 def restored_metrics():
