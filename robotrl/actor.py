@@ -8,8 +8,8 @@ The actor needs only the task and the learner's address: at registration the lea
 config and observation spec, and the actor builds the same agent. Its control loop never waits on the
 network (robotrl/runtime/transport/sender.py does that on its own thread): while the learner is away it
 keeps acting with the weights it has, queues batches in a bounded outbox and resends them when the
-learner is back. In simulation only, `max_steps_ahead=N` makes it wait instead while the learner has more than
-N env steps not yet trained on, so the learner's utd_ratio holds.
+learner is back. In simulation it waits instead while the learner has more than `max_steps_ahead` env steps (1000
+by default) not yet trained on, so the learner's utd_ratio holds; on a robot it never waits.
 
 With `hil.operator` (scripted, keyboard, spacemouse, gamepad) the env is wrapped for takeover exactly as the
 single-process loop wraps it (robotrl/hil/setup.py: wrap_for_hil; a learned reward with
@@ -94,8 +94,10 @@ class ActorConfig:
     control_hz: float = 0.0  # pace of the control loop; 0: as fast as the env steps (a robot env paces itself)
     # Simulation only: hold the next step while the learner has more than this many env steps (every actor's, with
     # this one's not yet delivered) whose updates it has not made, so agent.utd_ratio holds as in robotrl-train
-    # (Reverb's samples-per-insert limiter, kept at the actor). 0: never wait, as a robot's control loop must not.
-    max_steps_ahead: int = 0
+    # (Reverb's samples-per-insert limiter, kept at the actor; unpaced, panda_reach fell from 0.9 to 0.2 success,
+    # bench/actor_learner_parity.py). 0: never wait, as a robot's control loop must not. null: 1000 (at least two
+    # pushed batches) in simulation, 0 on hardware (`pacing`).
+    max_steps_ahead: int | None = None
     connect_timeout_s: float = 0.0  # how long to wait for the first registration; 0: forever
     flush_s: float = 10.0  # at exit, how long queued batches may take to be acknowledged
     log_interval: int = 1000
@@ -104,6 +106,13 @@ class ActorConfig:
     # the task still gives the controller and observation layout the learner's agent expects.
     hardware: Any = None
     robot: ActorRobotConfig = field(default_factory=ActorRobotConfig)  # goals and reward on the robot
+
+    @property
+    def pacing(self) -> int:
+        """max_steps_ahead, resolved: null gives 0 on hardware and in simulation 1000, or two pushed batches."""
+        if self.max_steps_ahead is not None:
+            return self.max_steps_ahead
+        return 0 if self.hardware is not None else max(1000, 2 * self.batch_steps * self.num_envs)
 
     def validate(self) -> None:
         self.learner.validate()
@@ -120,9 +129,11 @@ class ActorConfig:
         for name in ("num_envs", "batch_steps", "outbox_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("total_steps", "threads", "max_steps_ahead"):
+        for name in ("total_steps", "threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_steps_ahead is not None and self.max_steps_ahead < 0:
+            raise ValueError(f"max_steps_ahead must be >= 0 or null, got {self.max_steps_ahead}")
         if self.max_steps_ahead:
             if self.hardware is not None:
                 raise ValueError(
@@ -281,9 +292,9 @@ class Actor:
             raise ValueError(
                 f"batch_steps={cfg.batch_steps} exceeds the learner's max_batch_steps={reply['max_batch_steps']}"
             )
-        if cfg.max_steps_ahead and "untrained_steps" not in reply:
+        if cfg.pacing and "untrained_steps" not in reply:
             raise ValueError(
-                f"max_steps_ahead={cfg.max_steps_ahead}: the learner does not report its untrained steps (an older "
+                f"max_steps_ahead={cfg.pacing}: the learner does not report its untrained steps (an older "
                 "robotrl-learner), so this actor could not be paced; update the learner or leave max_steps_ahead 0"
             )
         if self._make_env is not None:
@@ -359,7 +370,7 @@ class Actor:
                     log.info("the learner has its total_steps=%d env steps: stopping", sender.learner_total_steps)
                     break
                 self._load_new_weights(agent)
-                if cfg.max_steps_ahead:
+                if cfg.pacing:
                     self._wait_for_learner(len(batcher) * cfg.num_envs, stop)
                 warm_up = max(self.env_step, sender.learner_env_steps) < self.random_steps
                 random_action = self.weights_version is None or warm_up
@@ -395,7 +406,7 @@ class Actor:
         has not received, exceed it. A lost learner ends the wait (the actor acts on, as without pacing)."""
         sender, outbox, started = self.sender, self.outbox, None
         while not stop.is_set() and sender.connected and sender.fatal is None:
-            if sender.learner_untrained_steps + outbox.env_steps + batched <= self.cfg.max_steps_ahead:
+            if sender.learner_untrained_steps + outbox.env_steps + batched <= self.cfg.pacing:
                 break
             started = started or time.monotonic()
             outbox.want_progress()  # one progress call per wait: each takes the lock the learner samples under

@@ -461,10 +461,15 @@ def test_an_actor_paced_by_max_steps_ahead_keeps_the_learners_update_ratio(tmp_p
     assert len(untrained) >= 20 and max(v for _, v in untrained) <= 100 + 16, untrained  # + one turn of updates
     with pytest.raises(ValueError, match=r"max_steps_ahead=5 is below one pushed batch \(batch_steps \* num_envs = 10"):
         actor_config(1, batch_steps=10, max_steps_ahead=5).validate()
+    assert actor_config(1).pacing == 1000 and actor_config(1, num_envs=16, batch_steps=50).pacing == 1600  # default
+    assert actor_config(1, max_steps_ahead=0).pacing == 0
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        assert to_actor_config(compose("actor", ["task=panda_reach", "hardware=sim_twin"])).pacing == 0
         on_robot = compose("actor", ["task=panda_reach", "hardware=sim_twin", "max_steps_ahead=1000"])
         with pytest.raises(ValueError, match=r"a robot's control loop never waits on the learner: leave it 0"):
             to_actor_config(on_robot)
+        with pytest.raises(ValueError, match=r"max_steps_ahead must be >= 0 or null, got -1"):
+            to_actor_config(compose("actor", ["max_steps_ahead=-1"]))
 
 
 def test_an_actor_stops_once_its_learner_has_its_total_steps_and_the_learner_exits(tmp_path):
