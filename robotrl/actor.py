@@ -247,6 +247,8 @@ class Actor:
         cfg.validate()
         self.cfg, self.run_dir, self.token = cfg, run_dir, token
         self._make_env = make_env
+        # an env the caller builds may drive a robot: it is paced only when max_steps_ahead is set
+        self.pacing = cfg.pacing if make_env is None or cfg.max_steps_ahead is not None else 0
         self.session = secrets.token_hex(8)
         self.env_step = 0
         self.episodes = 0
@@ -292,10 +294,10 @@ class Actor:
             raise ValueError(
                 f"batch_steps={cfg.batch_steps} exceeds the learner's max_batch_steps={reply['max_batch_steps']}"
             )
-        if cfg.pacing and "untrained_steps" not in reply:
+        if self.pacing and "untrained_steps" not in reply:
             raise ValueError(
-                f"max_steps_ahead={cfg.pacing}: the learner does not report its untrained steps (an older "
-                "robotrl-learner), so this actor could not be paced; update the learner or leave max_steps_ahead 0"
+                f"max_steps_ahead={self.pacing}: the learner does not report its untrained steps (an older "
+                "robotrl-learner), so this actor could not be paced; update the learner or set max_steps_ahead=0"
             )
         if self._make_env is not None:
             env = self._make_env(agent_cfg)
@@ -370,7 +372,7 @@ class Actor:
                     log.info("the learner has its total_steps=%d env steps: stopping", sender.learner_total_steps)
                     break
                 self._load_new_weights(agent)
-                if cfg.pacing:
+                if self.pacing:
                     self._wait_for_learner(len(batcher) * cfg.num_envs, stop)
                 warm_up = max(self.env_step, sender.learner_env_steps) < self.random_steps
                 random_action = self.weights_version is None or warm_up
@@ -406,7 +408,7 @@ class Actor:
         has not received, exceed it. A lost learner ends the wait (the actor acts on, as without pacing)."""
         sender, outbox, started = self.sender, self.outbox, None
         while not stop.is_set() and sender.connected and sender.fatal is None:
-            if sender.learner_untrained_steps + outbox.env_steps + batched <= self.cfg.pacing:
+            if sender.learner_untrained_steps + outbox.env_steps + batched <= self.pacing:
                 break
             started = started or time.monotonic()
             outbox.want_progress()  # one progress call per wait: each takes the lock the learner samples under

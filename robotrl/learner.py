@@ -146,6 +146,11 @@ class LearnerConfig:
         for name in ("learning_starts", "total_steps", "threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.total_steps and self.learning_starts >= self.total_steps and not self.hil.pretrain_updates:
+            raise ValueError(
+                f"learning_starts ({self.learning_starts}) must be below total_steps ({self.total_steps}): the "
+                "learner would stop before its first update (or pretrain first with hil.pretrain_updates)"
+            )
         if not (math.isfinite(self.her_ratio) and 0.0 <= self.her_ratio <= 1.0):
             raise ValueError(f"her_ratio must be in [0, 1], got {self.her_ratio}")
         if hasattr(self.agent, "validate"):

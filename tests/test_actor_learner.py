@@ -27,7 +27,7 @@ from robotrl.runtime.loop import make_training_env
 from robotrl.runtime.metrics import read_metrics
 from robotrl.runtime.transport.client import request
 from robotrl.runtime.transport.config import ConnectConfig
-from robotrl.runtime.transport.protocol import task_settings
+from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, task_settings
 from robotrl.runtime.transport.wire import encode
 
 TASK = GymTaskConfig(env_id="Pendulum-v1", max_episode_steps=50)
@@ -92,6 +92,8 @@ def test_learner_and_actor_configs_are_structured():
             to_actor_config(compose("actor", ["task=gym", "backend=genesis"]))
         with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
             to_learner_config(compose("learner", ["backend=bullet"]))
+        with pytest.raises(ValueError, match=r"learning_starts \(1000\) must be below total_steps \(500\)"):
+            to_learner_config(compose("learner", ["total_steps=500"]))
     assert on_genesis.task.backend == learner_on_genesis.task.backend == "genesis"
     assert learner_cfg.server.host == "127.0.0.1" and learner_cfg.server.port == 6000 and learner_cfg.weights_every == 5
     assert learner_cfg.agent.name == "sac" and actor_cfg.learner.address == "gpu-box:6000"
@@ -144,7 +146,7 @@ def test_malformed_pushes_are_refused_by_name_and_the_learner_serves_on(learner)
             "intervened": torch.zeros(2, 1, dtype=torch.bool),
         }
         good.update(changes)
-        header = {"protocol": 1, **session, "seq": 0, "env_step": 2}
+        header = {"protocol": PROTOCOL_VERSION, **session, "seq": 0, "env_step": 2}
         # built with safetensors itself: robotrl's own encoder refuses some of these
         return save({k: v for k, v in good.items() if v is not None}, metadata={"header": json.dumps(header)})
 
@@ -184,8 +186,12 @@ def test_an_actor_whose_task_settings_differ_from_the_learners_is_refused_by_nam
     with pytest.raises(ConnectionRefusedError, match=r"task\.max_episode_steps=60 \(the learner's: 50\)") as err:
         join_actor(thread, result, timeout=60)
     assert "render_width" not in str(err.value) and "mismatched" not in learner.status()["streams"]
+    odd = {"actor_id": "odd", "session": "s", "num_envs": 1, "task": "gym"}
     with pytest.raises(grpc.RpcError, match=r"task_settings must be the actor's task config \(an object\), got str"):
-        learner.client.register({"actor_id": "odd", "session": "s", "num_envs": 1, "task": "gym", "task_settings": "x"})
+        learner.client.register({**odd, "task_settings": "x"})
+    with pytest.raises(grpc.RpcError, match=r"the actor sent no task_settings \(an older robotrl-actor\)") as err:
+        learner.client.register(odd)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # final: the actor stops instead of retrying
 
 
 def test_learner_killed_and_restarted_loses_no_acknowledged_transition(learner):
@@ -463,6 +469,13 @@ def test_an_actor_paced_by_max_steps_ahead_keeps_the_learners_update_ratio(tmp_p
         actor_config(1, batch_steps=10, max_steps_ahead=5).validate()
     assert actor_config(1).pacing == 1000 and actor_config(1, num_envs=16, batch_steps=50).pacing == 1600  # default
     assert actor_config(1, max_steps_ahead=0).pacing == 0
+    from robotrl.actor import Actor
+
+    def own_env(agent_cfg):  # the caller's env, which may be a robot: paced only when asked
+        raise AssertionError("not built here")
+
+    assert Actor(actor_config(1), make_env=own_env).pacing == 0 and Actor(actor_config(1)).pacing == 1000
+    assert Actor(actor_config(1, max_steps_ahead=300), make_env=own_env).pacing == 300
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
         assert to_actor_config(compose("actor", ["task=panda_reach", "hardware=sim_twin"])).pacing == 0
         on_robot = compose("actor", ["task=panda_reach", "hardware=sim_twin", "max_steps_ahead=1000"])

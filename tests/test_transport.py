@@ -18,7 +18,7 @@ from robotrl.data.spec import TensorSpec
 from robotrl.runtime.transport.client import LearnerClient, request
 from robotrl.runtime.transport.config import ConnectConfig, ServeConfig
 from robotrl.runtime.transport.ledger import Arrival, Ledger
-from robotrl.runtime.transport.protocol import RpcFailure
+from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, RpcFailure
 from robotrl.runtime.transport.sender import Outbox, backoff_delay
 from robotrl.runtime.transport.server import serve
 from robotrl.runtime.transport.service import LearnerService, LearnerSpec
@@ -459,7 +459,8 @@ def test_token_is_required_and_compared():
     server, port = echo_server(token="s3cret")
     try:
         address = f"127.0.0.1:{port}"
-        assert LearnerClient(ConnectConfig(address=address), token="s3cret").status()["echo"]["protocol"] == 1
+        echo = LearnerClient(ConnectConfig(address=address), token="s3cret").status()["echo"]
+        assert echo["protocol"] == PROTOCOL_VERSION
         for token in (None, "wrong"):
             with pytest.raises(grpc.RpcError) as err:
                 LearnerClient(ConnectConfig(address=address), token=token).status()
@@ -523,7 +524,7 @@ def test_tls_handshake_and_plaintext_refused(tmp_path):
     server, port = echo_server(tls_cert=str(cert), tls_key=str(key), token="t")
     try:
         tls = ConnectConfig(address=f"127.0.0.1:{port}", tls_ca=str(cert), deadline_s=5)
-        assert LearnerClient(tls, token="t").status()["echo"] == {"protocol": 1}
+        assert LearnerClient(tls, token="t").status()["echo"] == {"protocol": PROTOCOL_VERSION}
         started = time.monotonic()
         with pytest.raises(grpc.RpcError):
             LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=2), token="t").status()

@@ -19,13 +19,14 @@ import re
 from typing import Any
 
 import grpc
+from omegaconf import OmegaConf
 
 from robotrl.runtime.transport.wire import WireError
 
 SERVICE = "robotrl.transport.Learner"
 REGISTER, PUSH, WEIGHTS, HEARTBEAT, STATUS = "Register", "Push", "Weights", "Heartbeat", "Status"
 METHODS = (REGISTER, PUSH, WEIGHTS, HEARTBEAT, STATUS)
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: Register carries task_settings, replies untrained_steps and total_steps
 
 ACTOR_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 AUTH_METADATA_KEY = "authorization"  # value: "Bearer <token>"
@@ -36,7 +37,10 @@ TASK_SETTINGS_FREE = frozenset({"backend", "sim_threads", "render_width", "rende
 def task_settings(task_cfg: Any) -> dict[str, Any]:
     """The task config's settings (as JSON values) an actor must share with its learner: its reward, episode length,
     control, observations, ... Every one but TASK_SETTINGS_FREE."""
-    values = dataclasses.asdict(task_cfg) if dataclasses.is_dataclass(task_cfg) else dict(task_cfg)
+    if dataclasses.is_dataclass(task_cfg):
+        values = dataclasses.asdict(task_cfg)
+    else:  # a DictConfig, or a plain mapping
+        values = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
     return json.loads(json.dumps({k: v for k, v in values.items() if k not in TASK_SETTINGS_FREE}))
 
 

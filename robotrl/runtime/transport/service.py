@@ -167,6 +167,11 @@ class LearnerService:
         ours = self.spec.task_settings
         if ours is None:
             return
+        if sent is None:
+            raise RpcFailure(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "the actor sent no task_settings (an older robotrl-actor): run the same robotrl on both",
+            )
         if not isinstance(sent, dict):
             raise RpcFailure(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -175,9 +180,11 @@ class LearnerService:
         missing = object()
         differ = sorted(k for k in sent.keys() | ours.keys() if sent.get(k, missing) != ours.get(k, missing))
         if differ:
-            pairs = ", ".join(
-                f"task.{k}={sent.get(k, '<unset>')!r} (the learner's: {ours.get(k, '<unset>')!r})" for k in differ
-            )
+
+            def shown(settings: dict, key: str) -> str:
+                return repr(settings[key]) if key in settings else "unset"
+
+            pairs = ", ".join(f"task.{k}={shown(sent, k)} (the learner's: {shown(ours, k)})" for k in differ)
             raise RpcFailure(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"the actor's task config differs from the learner's: {pairs}; run the same task settings on both",
