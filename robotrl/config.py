@@ -187,6 +187,10 @@ def load_run_config(run: str | Path, backend: str | None = None) -> Any:
     saved = OmegaConf.load(path)
     if backend is not None:  # the top-level key wins over the saved task.backend
         saved.backend = backend
+    if "learner" in saved and "agent" not in saved:  # robotrl-actor's: the learner holds the policy
+        raise ValueError(
+            f"run={str(run)!r} is a robotrl-actor's directory, which holds no policy: give the learner's run directory"
+        )
     if "server" in saved:  # only robotrl-learner's schema has one
         from robotrl.learner import to_learner_config
 

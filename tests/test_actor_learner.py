@@ -509,6 +509,11 @@ def test_an_actor_stops_once_its_learner_has_its_total_steps_and_the_learner_exi
     (tmp_path / "eval").mkdir()
     result = run_eval(EvalConfig(run=str(tmp_path / "learner"), episodes=2, video=False), tmp_path / "eval")
     assert result["episodes"] == 2 and result["length"] == 50 and math.isfinite(result["return"])
+    actor_run = tmp_path / "actor_run"  # what robotrl-actor saves: no agent, no checkpoints
+    actor_run.mkdir()
+    (actor_run / "config.yaml").write_text("task: {name: gym}\nlearner: {address: '127.0.0.1:1'}\n")
+    with pytest.raises(ValueError, match="robotrl-actor's directory, which holds no policy: give the learner's"):
+        load_run_config(actor_run)
 
 
 def restored_metrics():
