@@ -221,7 +221,6 @@ class Learner:
         self.wal = WriteAheadLog(run_dir / "wal.log")
         self.board = WeightsBoard(incarnation=secrets.token_hex(4))
         self.service = LearnerService(spec, self.storage, self.wal, self.board)
-        self.service.train_until = cfg.total_steps or None
         self.clock_steps = 0  # env steps the agent's exploration clock has counted
         self.env_name = task_name
         self.update_metrics = UpdateMetrics()
@@ -360,10 +359,10 @@ class Learner:
         paced actors wait on, `LearnerService.untrained_steps`)."""
         due = self.updates_due(training)
         with self.service.lock:
-            self.service.trained_steps = training - self.untrained_steps(due)
+            self.service.trained_steps = training - self._steps_behind(due)
         return due
 
-    def untrained_steps(self, due: int) -> int:
+    def _steps_behind(self, due: int) -> int:
         """The env steps whose share of the `due` updates is not made yet (updates_due's step, inverted)."""
         agent_cfg = self.cfg.agent
         behind = max(0, due - self.agent.num_updates)

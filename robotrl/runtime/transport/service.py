@@ -86,9 +86,8 @@ class LearnerService:
         # set by the learner's loop, reported by Status
         self.updates = 0
         # env steps whose updates the learner has made (its loop sets it each turn); the rest of those received, up
-        # to `train_until` (its total_steps), are `untrained_steps`, what a paced actor (max_steps_ahead) waits on
+        # to the spec's total_steps, are `untrained_steps`, what a paced actor (max_steps_ahead) waits on
         self.trained_steps = 0
-        self.train_until: int | None = None
         self.last_checkpoint_step: int | None = None
 
     def handlers(self) -> dict[str, Callable[[bytes], bytes]]:
@@ -104,8 +103,9 @@ class LearnerService:
 
     @property
     def untrained_steps(self) -> int:
-        """Env steps received (up to `train_until`) whose updates are not made yet; read under `lock`."""
-        received = self.env_steps if self.train_until is None else min(self.env_steps, self.train_until)
+        """Env steps received (up to the spec's total_steps) whose updates are not made yet; read under `lock`."""
+        total = self.spec.total_steps
+        received = min(self.env_steps, total) if total else self.env_steps
         return max(0, received - self.trained_steps)
 
     def register(self, request: bytes) -> bytes:
