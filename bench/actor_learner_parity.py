@@ -44,12 +44,13 @@ def updates_made(run_dir: Path) -> int:
 
 
 def final_eval(run_dir: Path, episodes: int, seed: int) -> dict:
-    """robotrl-eval's JSON line for the run's final policy (deterministic, `episodes` fresh episodes)."""
-    log = run_dir.parent / f"{run_dir.name}_eval.log"
+    """robotrl-eval's figures for the run's final policy (deterministic, `episodes` fresh episodes)."""
+    from robotrl.config import EvalConfig
+    from robotrl.eval import run
+
     out = run_dir.parent / f"{run_dir.name}_eval"
-    cmd = [sys.executable, "-m", "robotrl.eval", f"run={run_dir}", f"episodes={episodes}", f"seed={seed + 1000}"]
-    run_logged([*cmd, "video=false", f"hydra.run.dir={out}"], log)
-    return json.loads(log.read_text().strip().splitlines()[-1])
+    out.mkdir(parents=True, exist_ok=True)
+    return run(EvalConfig(run=str(run_dir), episodes=episodes, seed=seed + 1000, video=False), out)
 
 
 def single(args, seed: int, workdir: Path) -> Path:
