@@ -18,6 +18,8 @@ Top level: smoothness_ratio is the largest over envs, perf_ratio the smallest.
 Goal: smoothness_ratio <= 0.33 with perf_ratio >= 0.95.
 `--smoothness-weight W` gives both arms agent.smoothness_weight=W (the actor's temporal smoothness term,
 CAPS): exploration noise cannot smooth a policy whose own actions switch every step, as HalfCheetah's do.
+`--gsde-set KEY=VALUE ...` changes the gSDE arm alone (a variant against the same Gaussian runs), e.g. SB3's
+SAC settings: agent.clip_mean=2 agent.learn_features=true agent.use_expln=false agent.log_std_init=-3.
 Full run: panda_reach 20k env steps, HalfCheetah-v5 100k, 2 seeds (about an hour on 2 cores with --jobs 2).
 --quick: 1.6k steps on each env, 1 seed, small networks: the same keys within about a minute.
 """
@@ -39,7 +41,14 @@ SMOOTHNESS_KEYS = ("action_sq_diff", "action_high_freq_share")
 
 
 def train_once(
-    env: str, exploration: str, steps: int, seed: int, sample_freq: int, smoothness_weight: float, quick: bool
+    env: str,
+    exploration: str,
+    steps: int,
+    seed: int,
+    sample_freq: int,
+    smoothness_weight: float,
+    quick: bool,
+    extra: tuple[str, ...] = (),
 ) -> dict:
     """One SAC run on one thread (its own process under --jobs); its training-time action smoothness and
     final evaluation."""
@@ -57,6 +66,7 @@ def train_once(
         f"agent.sde_sample_freq={sample_freq}",
         f"agent.smoothness_weight={smoothness_weight}",
         *(["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"] if quick else []),
+        *extra,
         f"seed={seed}",
         f"total_steps={steps}",
         f"log_interval={200 if quick else 1_000}",
@@ -120,6 +130,13 @@ def main() -> None:
             default=0.0,
             help="both arms' agent.smoothness_weight (the actor's temporal smoothness term; 0: none)",
         )
+        p.add_argument(
+            "--gsde-set",
+            nargs="*",
+            default=[],
+            metavar="KEY=VALUE",
+            help="Hydra overrides for the gSDE arm alone (agent.clip_mean=2 agent.log_std_init=-3 ...)",
+        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
 
     args = parse_args(__doc__, extra)
@@ -133,17 +150,29 @@ def main() -> None:
         raise SystemExit(f"--steps names no step count for {', '.join(missing)}")
     if args.jobs < 1:
         raise SystemExit(f"--jobs must be >= 1, got {args.jobs}")
+    not_overrides = [item for item in args.gsde_set if "=" not in item]
+    if not_overrides:
+        raise SystemExit(f"--gsde-set takes KEY=VALUE overrides, got {', '.join(not_overrides)}")
     figures: dict = {
         "seeds": seeds,
         "sde_sample_freq": args.sde_sample_freq,
         "smoothness_weight": args.smoothness_weight,
         "jobs": args.jobs,
+        **({"gsde_set": args.gsde_set} if args.gsde_set else {}),
     }
     # spawn: each run starts a fresh interpreter (no torch thread pool or MuJoCo context inherited by fork)
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         runs = {
             (env, e, s): pool.submit(
-                train_once, env, e, steps[env], s, args.sde_sample_freq, args.smoothness_weight, args.quick
+                train_once,
+                env,
+                e,
+                steps[env],
+                s,
+                args.sde_sample_freq,
+                args.smoothness_weight,
+                args.quick,
+                tuple(args.gsde_set) if e == "gsde" else (),
             )
             for env in envs
             for e in EXPLORATIONS

@@ -294,6 +294,25 @@ def test_bad_exploration_settings_are_named():
         SAC(SACConfig(exploration="ou"), SPEC, ACT)
     with pytest.raises(ValueError, match=r"agent\.log_std_init must be finite"):
         SAC(SACConfig(exploration="gsde", log_std_init=math.inf), SPEC, ACT)
+    with pytest.raises(ValueError, match=r"agent\.clip_mean must be a finite number >= 0.0, got -1"):
+        SAC(SACConfig(exploration="gsde", clip_mean=-1.0), SPEC, ACT)
+
+
+def test_clip_mean_holds_the_pre_tanh_mean_so_noise_still_moves_the_action():
+    agent = _agent(num_envs=4, clip_mean=0.5)
+    with torch.no_grad():  # a mean head driven far into tanh's tails
+        agent.actor.net.head.bias.fill_(50.0)
+    obs = {"state": torch.randn(4, 5)}
+    features = agent.encoder(obs)
+    _, mean = agent.actor.latent_and_mean(features)
+    assert torch.equal(mean, torch.full_like(mean, 0.5))
+    assert torch.allclose(agent.act(obs, deterministic=True), torch.tanh(torch.tensor(0.5)).expand(4, ACT))
+    explored = agent.act(obs)
+    assert (explored - math.tanh(0.5)).abs().max() > 1e-3  # unclipped, tanh(50 + noise) is 1.0 everywhere
+    unclipped = _agent(num_envs=4)
+    with torch.no_grad():
+        unclipped.actor.net.head.bias.fill_(50.0)
+    assert torch.equal(unclipped.act(obs), torch.ones(4, ACT))
 
 
 def test_train_with_gsde_logs_smoothness_and_bad_frequency_fails_at_start(tmp_path):

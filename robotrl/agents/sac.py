@@ -66,6 +66,10 @@ class SACConfig:
     # gsde: initial log-std of the noise-matrix entries. SB3's SAC uses -3; here that left panda_reach
     # almost unexplored for thousands of steps (the std adapts slowly: Adam moves each entry ~lr a step).
     log_std_init: float = -2.0
+    # gsde: the pre-tanh mean is held in [-clip_mean, clip_mean] (SB3's gSDE actor clips at 2). Unclipped, the
+    # mean can run far into tanh's flat tails, where noise of the size gSDE's slowly adapting std gives no
+    # longer moves the action: exploration stops there. 0: no clip.
+    clip_mean: float = 0.0
     # Matmul precision of the hidden layers: fp32, bf16 (mixed precision: fp32 weights, optimizer and
     # output heads), or auto (bf16 where the device computes it natively, else fp32).
     precision: str = "fp32"
@@ -120,7 +124,7 @@ class SACConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
         check_finite(self, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"), 0.0)
-        check_finite(self, ("smoothness_weight", "q_normalize"), 0.0, inclusive=True)
+        check_finite(self, ("smoothness_weight", "q_normalize", "clip_mean"), 0.0, inclusive=True)
         check_finite(self, ("target_entropy", "log_std_min", "log_std_max"), -math.inf)
         check_layer_widths(self, ("actor_hidden", "critic_hidden"))
         if not 0 < self.tau <= 1:
@@ -163,10 +167,14 @@ class GSDEActor(nn.Module):
         self.net = mlp(in_dim, hidden, action_dim)
         latent_dim = hidden[-1] if hidden else in_dim
         self.gsde = GSDE(latent_dim, action_dim, cfg.full_std, cfg.use_expln, cfg.learn_features, cfg.log_std_init)
+        self.clip_mean = cfg.clip_mean
 
     def latent_and_mean(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         latent = self.net.hidden(features)
-        return latent, full_precision(self.net.head, latent)
+        mean = full_precision(self.net.head, latent)
+        if self.clip_mean:
+            mean = mean.clamp(-self.clip_mean, self.clip_mean)
+        return latent, mean
 
     def forward(self, features: torch.Tensor) -> TanhNormal:
         """The state-conditional distribution the learner uses (independent noise per batch row)."""
