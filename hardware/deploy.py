@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import signal
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, subscribe_estop
+from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, object_entries, subscribe_estop
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,10 @@ def make_robot_env(
     for key, base in KNOWN_RELATIVE.items():
         if key in obs_spec and key not in relative and key not in goal and base in goal:
             relative[key] = base
+    by_objects = object_entries(hw.objects, {k: (len(v),) for k, v in goal.items()})
+    object_goals = {what for key, (_, what) in by_objects.items() if key in obs_spec and what in goal}
     unused_goals = set(goal) - set(obs_spec) - {base for key, base in relative.items() if key in obs_spec}
+    unused_goals -= object_goals
     extra = sorted(unused_goals | (set(relative) - set(obs_spec)))
     if extra:
         raise ValueError(f"the policy does not observe {extra}; remove them from {goal_option}")
@@ -198,8 +202,8 @@ def make_robot_env(
         missing = sorted(set(obs_spec) - set(spaces))
         if missing:
             raise ValueError(
-                f"the policy observes {missing}, which the robot does not measure: give them as "
-                + " ".join(f"+{goal_option}.{k}=[x,y,z]" for k in missing)
+                f"the policy observes {missing}, which the robot does not measure: "
+                + _how_to_give(missing, obs_spec, hw, goal, goal_option)
             )
         wrong = {k: (tuple(spaces[k].shape), tuple(s.shape)) for k, s in obs_spec.items() if spaces[k].shape != s.shape}
         if wrong:
@@ -212,9 +216,49 @@ def make_robot_env(
     return env
 
 
+def _object_named(key: str) -> str | None:
+    """The tracked object an entry a simulated task names after it reads (cube_pos, cube_quat, to_cube,
+    puck_to_goal), or None."""
+    if key in KNOWN_RELATIVE:
+        return None
+    for pattern in (r"(\w+)_(?:pos|quat)", r"to_(\w+)", r"(\w+?)_to_\w+"):
+        match = re.fullmatch(pattern, key)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _how_to_give(missing: list[str], obs_spec: dict, hw: RobotEnvConfig, goal: dict, goal_option: str) -> str:
+    """What to add for `missing` observation entries: tracked objects for an object's entries, fixed values
+    for the rest (and for the goal an `<object>_to_<goal>` entry measures against)."""
+    objects: list[str] = []
+    fixed: dict[str, int] = {}
+    for key in missing:
+        name = _object_named(key)
+        if name is None:
+            fixed[key] = obs_spec[key].shape[0]
+            continue
+        if name not in hw.objects and name not in objects:
+            objects.append(name)
+        against = re.fullmatch(rf"{name}_to_(\w+)", key)
+        if against and against.group(1) not in goal:
+            fixed[against.group(1)] = obs_spec[key].shape[0]
+    hints = []
+    if objects:
+        topics = ", ".join(hw.object_topic.format(name=name) for name in objects)
+        hints.append(
+            f"track {objects} with hardware.objects=[{','.join([*hw.objects, *objects])}] "
+            f"(a geometry_msgs/PoseStamped each, in the arm's base frame, on {topics})"
+        )
+    if fixed:
+        values = {key: ",".join("xyzw"[:size]) if size <= 4 else "..." for key, size in fixed.items()}
+        hints.append("give " + " ".join(f"+{goal_option}.{k}=[{v}]" for k, v in values.items()))
+    return "; ".join(hints)
+
+
 def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any]:
     """Deploy `cfg.run`'s policy for `cfg.episodes` episodes (or until `cfg.duration` or `stop`); the summary."""
-    from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, JointState
+    from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, JointState, PoseStamped
 
     cfg.validate()
     stop = stop or threading.Event()
@@ -234,6 +278,8 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
                 topics[env.topics["gripper"]] = (Float64MultiArray, env.cfg.command_qos)
             if "estop_ack" in env.topics:
                 topics[env.topics["estop_ack"]] = (Bool, "default")
+            for name in env.tracked_objects:  # the poses the policy saw
+                topics[env.topics[f"object/{name}"]] = (PoseStamped, "sensor_data")
             recorder = BagRecorder(env.bridge, cfg.record, topics, env.topics.get("estop"))
         device = agent.device
         agent.reset_evaluation(1)

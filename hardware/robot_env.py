@@ -10,7 +10,9 @@ Observations are built from topics: `/joint_states` gives the state entries ever
 shares (`arm_qpos`, `arm_qvel`, `ee_pos` by forward kinematics of the robot's MJCF, `gripper` when a task
 uses it), `goal` gives the task entries a robot cannot measure (a target, a hole) as fixed values and
 `relative_goal` those that are `goal - ee_pos`; cameras give `pixels_<name>` ([3, S, S] uint8; a mono8
-camera's grey is repeated in the three channels). Every
+camera's grey is repeated in the three channels); tracked objects (`objects`, a geometry_msgs/PoseStamped
+each from a motion-capture system or a fiducial detector) give `<name>_pos`, `<name>_quat`, `to_<name>` and
+`<name>_to_<goal>` (`object_entries`). Every
 observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
 step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
 `StaleObservationError` (`on_stale=raise`). Nor is an action whose observation has aged past
@@ -70,6 +72,20 @@ ESTOP_LATCHED_QOS = QoSProfile(depth=ESTOP_DEPTH, durability=Durability.TRANSIEN
 ESTOP_VOLATILE_QOS = QoSProfile(depth=ESTOP_DEPTH)
 
 
+def object_entries(objects: list[str], goals: dict[str, tuple[int, ...]]) -> dict[str, tuple[str, str]]:
+    """The observation entries that tracked objects give, named as the simulated tasks name them:
+    entry -> (object, what), `what` being pos, quat (w, x, y, z), from_ee (`to_<object>`: object - ee_pos) or
+    the name of a goal of at most 3 values (`<object>_to_<goal>`: goal - the object's position in its
+    dimensions; panda_push's `puck_to_goal`)."""
+    entries: dict[str, tuple[str, str]] = {}
+    for name in objects:
+        entries.update({f"{name}_pos": (name, "pos"), f"{name}_quat": (name, "quat"), f"to_{name}": (name, "from_ee")})
+        for goal, shape in goals.items():
+            if len(shape) == 1 and 1 <= shape[0] <= 3:
+                entries[f"{name}_to_{goal}"] = (name, goal)
+    return entries
+
+
 class StaleObservationError(RuntimeError):
     """An observation was older than its age limit (on_stale=raise)."""
 
@@ -105,6 +121,13 @@ class RobotEnvConfig:
     cameras: list[str] = field(default_factory=list)  # observation cameras -> pixels_<name>
     camera_topic: str = "/camera/{name}/image_raw"
     image_size: int = 84
+    # Tracked objects (a motion-capture system, a fiducial detector): each name's geometry_msgs/PoseStamped on
+    # object_topic gives the object entries a simulated task observes (`<name>_pos`, `<name>_quat`,
+    # `to_<name>`, `<name>_to_<goal>`), in the frame the arm's forward kinematics gives ee_pos in (its base).
+    objects: list[str] = field(default_factory=list)
+    object_topic: str = "/objects/{name}/pose"
+    object_frame: str = ""  # a pose whose header.frame_id is not this is refused; "": any frame
+    max_object_age: float = 0.1  # s: a pose older than this is stale
     connect_timeout: float = 10.0  # s to wait for the first joint state
     reset_tolerance: float = 0.02  # rad: home reached when every joint is this close...
     reset_velocity: float = 0.05  # rad/s: ...and this slow
@@ -115,7 +138,14 @@ class RobotEnvConfig:
     shield: dict[str, Any] = field(default_factory=dict)  # robotrl.safety.ShieldConfig fields (not control_period)
 
     def validate(self) -> None:
-        for name in ("control_rate_hz", "policy_rate_hz", "max_state_age", "max_image_age", "connect_timeout"):
+        for name in (
+            "control_rate_hz",
+            "policy_rate_hz",
+            "max_state_age",
+            "max_image_age",
+            "max_object_age",
+            "connect_timeout",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"hardware.{name} must be a finite number > 0, got {value!r}")
@@ -145,12 +175,14 @@ class RobotEnvConfig:
             topics.append(("gripper_controller", f"/{self.gripper_controller}/commands"))
         topics += [(name, getattr(self, name)) for name in ("estop_topic", "estop_ack_topic") if getattr(self, name)]
         for camera in self.cameras:
-            try:
-                topics.append(("camera_topic", self.camera_topic.format(name=camera)))
-            except (KeyError, IndexError, ValueError) as error:
-                raise ValueError(
-                    f"hardware.camera_topic {self.camera_topic!r} may hold only the placeholder {{name}} ({error!r})"
-                ) from None
+            topics.append(("camera_topic", _topic_for(self.camera_topic, camera, "hardware.camera_topic")))
+        bad = [name for name in self.objects if not (isinstance(name, str) and name.isidentifier())]
+        if bad:
+            raise ValueError(f"hardware.objects must be names such as puck or cube, got {bad}")
+        if len(set(self.objects)) != len(self.objects):
+            raise ValueError(f"hardware.objects names an object twice: {list(self.objects)}")
+        for name in self.objects:
+            topics.append(("object_topic", _topic_for(self.object_topic, name, "hardware.object_topic")))
         for key, topic in topics:
             try:
                 full_topic_name(topic)
@@ -164,6 +196,13 @@ class RobotEnvConfig:
             raise ValueError(f"hardware.shield has unknown keys {unknown}; ShieldConfig has {sorted(known)}")
         values = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in dict(self.shield).items()}
         return ShieldConfig(control_period=1.0 / self.control_rate_hz, **values)
+
+
+def _topic_for(template: str, name: str, key: str) -> str:
+    try:
+        return template.format(name=name)
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"{key} {template!r} may hold only the placeholder {{name}} ({error!r})") from None
 
 
 def subscribe_estop(bridge: Any, topic: str, callback: Callable[[Any], Any]) -> list:
@@ -317,6 +356,17 @@ class RobotEnv(gym.Env):
             spaces[key] = gym.spaces.Box(-np.inf, np.inf, value.shape, np.float32)
         for key in self.relative_goal:
             spaces[key] = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        # entry -> (object, what): the entries a measured object pose gives (hardware.objects)
+        self._object_entries = object_entries(cfg.objects, {k: v.shape for k, v in self.goal.items()})
+        clash = sorted(set(cfg.objects) & set(self.goal))
+        if clash:
+            raise ValueError(f"{clash} named both as tracked objects (hardware.objects) and as goals")
+        clash = sorted(set(self._object_entries) & set(spaces))
+        if clash:
+            raise ValueError(f"observation entries {clash} would come both from hardware.objects and from a goal")
+        for key, (_, what) in self._object_entries.items():
+            size = 4 if what == "quat" else 3 if what in ("pos", "from_ee") else self.goal[what].shape[0]
+            spaces[key] = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
         self.frame_stack = frame_stack  # camera frames per pixel observation, oldest first (as FrameStack)
         for name in cfg.cameras:
             shape = (3 * frame_stack, cfg.image_size, cfg.image_size)
@@ -324,6 +374,14 @@ class RobotEnv(gym.Env):
         if observe is not None:  # the entries the policy reads (a pixel policy may read no joint state)
             spaces = {key: space for key, space in spaces.items() if key in observe}
         self.observation_space = gym.spaces.Dict(spaces)
+        self._object_entries = {k: v for k, v in self._object_entries.items() if k in spaces}
+        # only the objects the policy observes are listened to (and can make an observation stale)
+        self.tracked_objects = [
+            name for name in cfg.objects if any(o == name for o, _ in self._object_entries.values())
+        ]
+        ignored = sorted(set(cfg.objects) - set(self.tracked_objects))
+        if ignored:
+            log.info("robot env: the policy observes nothing of tracked objects %s; not listening to them", ignored)
 
         # state shared with the control thread and the bridge's callbacks (an e-stop may arrive as soon as its
         # subscription exists), under _lock
@@ -378,7 +436,7 @@ class RobotEnv(gym.Env):
 
     # -- topics -------------------------------------------------------------------------------------
     def _open_topics(self) -> None:
-        from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, Image, JointState
+        from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, Image, JointState, PoseStamped
 
         cfg = self.cfg
         self.topics = {"joint_states": cfg.joint_states_topic, "commands": f"/{cfg.controller}/commands"}
@@ -399,6 +457,12 @@ class RobotEnv(gym.Env):
             name: self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
             for name in cfg.cameras
         }
+        # best effort: matches a reliable publisher too (a tracker may publish either way)
+        self._object_poses = {
+            name: self.bridge.subscription(cfg.object_topic.format(name=name), PoseStamped, "sensor_data")
+            for name in self.tracked_objects
+        }
+        self.topics.update({f"object/{name}": cfg.object_topic.format(name=name) for name in self.tracked_objects})
 
     def _on_estop(self, msg) -> None:
         with self._lock:
@@ -542,6 +606,23 @@ class RobotEnv(gym.Env):
             obs[key] = value.copy()
         for key, goal in self.relative_goal.items():
             obs[key] = (self.goal[goal] - ee).astype(np.float32)
+        poses = {}
+        for name, sub in self._object_poses.items():
+            pose, problem = self._object_pose(sub)
+            if problem:
+                stale.append(f"object {name} {problem}")
+            poses[name] = pose
+        for key, (name, what) in self._object_entries.items():
+            position, quat = poses[name]
+            if what == "pos":
+                obs[key] = position
+            elif what == "quat":
+                obs[key] = quat
+            elif what == "from_ee":
+                obs[key] = (position - ee).astype(np.float32)
+            else:  # the goal `what` minus the object's position, in the goal's dimensions
+                goal = self.goal[what]
+                obs[key] = (goal - position[: goal.shape[0]]).astype(np.float32)
         for name, sub in self._images.items():
             received = sub.latest()
             if received is None or received.age() > self.cfg.max_image_age:
@@ -561,6 +642,29 @@ class RobotEnv(gym.Env):
         self._obs_state = state
         self._obs_fresh = not stale
         return {key: obs[key] for key in self.observation_space.spaces}, info
+
+    def _object_pose(self, sub) -> tuple[tuple[np.ndarray, np.ndarray], str | None]:
+        """(position, wxyz orientation) of the newest pose on `sub`, and what keeps it from being acted on
+        (None: fresh and valid). A pose that is not one (NaN, a zero quaternion, another frame) is counted."""
+        from robotrl.hardware.ros2.tensors import pose_tensors
+
+        unknown = (np.zeros(3, np.float32), np.array([1.0, 0.0, 0.0, 0.0], np.float32))
+        received = sub.latest()
+        if received is None:
+            return unknown, "has sent no pose"
+        age = received.age()
+        if age > self.cfg.max_object_age:
+            return unknown, f"pose {age * 1e3:.0f} ms old"
+        frame = received.msg.header.frame_id
+        if self.cfg.object_frame and frame != self.cfg.object_frame:
+            self.stats["bad_object_pose"] += 1
+            return unknown, f"pose in frame {frame!r}, not hardware.object_frame {self.cfg.object_frame!r}"
+        try:
+            position, quat = pose_tensors(received.msg, torch.float32)
+        except ValueError as error:
+            self.stats["bad_object_pose"] += 1
+            return unknown, str(error)
+        return (position.numpy(), quat.numpy()), None
 
     def _stack_frames(self, obs: dict[str, np.ndarray], fresh: bool) -> dict[str, np.ndarray]:
         """Pixel entries as the last `frame_stack` frames on the channel axis; at an episode's start the first

@@ -26,6 +26,9 @@ passed more than one period before the loop got to it is skipped and counted in 
 then runs behind the wall clock by that period; it does not step twice to catch up). Optional cameras
 (`cameras=[...]`, MJCF camera names) render on their own thread from a copy of the state at `camera_rate_hz`
 and publish sensor_msgs/Image (rgb8) on `/camera/<name>/image_raw` (MUJOCO_GL=egl renders headless).
+Bodies named in `objects` (in a task's scene: `model=tasks/assets/panda_push.xml objects=[puck]`) have
+their world pose published as geometry_msgs/PoseStamped on `/objects/<name>/pose` at `object_rate_hz`, as a
+motion-capture system would, for a robot env that tracks them (`hardware.objects`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ class SimTwinConfig:
     camera_rate_hz: float = 10.0
     camera_width: int = 320
     camera_height: int = 240
+    # Bodies whose world pose the twin publishes as a motion-capture system would (geometry_msgs/PoseStamped on
+    # object_topic, frame_id = frame_id), e.g. objects=[puck] with model=<robotrl>/tasks/assets/panda_push.xml
+    objects: list[str] = field(default_factory=list)
+    object_topic: str = "/objects/{name}/pose"
+    object_rate_hz: float = 100.0
     report_interval: float = 10.0  # seconds between status lines in the log; 0: none
     realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
 
@@ -96,6 +104,15 @@ class SimTwinConfig:
             raise ValueError(f"rate_hz must be a finite number > 0, got {self.rate_hz!r}")
         if self.duration is not None and not self.duration > 0:
             raise ValueError(f"duration must be > 0 seconds or None (run until stopped), got {self.duration!r}")
+        if not (isinstance(self.object_rate_hz, (int, float)) and 0 < self.object_rate_hz <= self.rate_hz):
+            raise ValueError(f"object_rate_hz must be in (0, rate_hz={self.rate_hz}], got {self.object_rate_hz!r}")
+        for name in self.objects:
+            try:
+                self.object_topic.format(name=name)
+            except (KeyError, IndexError, ValueError) as error:
+                raise ValueError(
+                    f"object_topic {self.object_topic!r} may hold only the placeholder {{name}} ({error!r})"
+                ) from None
         if not self.camera_rate_hz > 0:
             raise ValueError(f"camera_rate_hz must be > 0, got {self.camera_rate_hz!r}")
         if self.camera_width < 1 or self.camera_height < 1:
@@ -233,6 +250,17 @@ class SimTwin:
         for name in cfg.cameras:  # before the bridge: a failed construction must not keep the domain joined
             self._id(mujoco.mjtObj.mjOBJ_CAMERA, name, "camera")
         self._cameras: _CameraThread | None = None
+        self._object_bodies = {}
+        for name in cfg.objects:
+            body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+            if body < 0:
+                raise KeyError(
+                    f"objects: body {name!r} is not in the twin's model ({cfg.model or 'the plain ' + cfg.robot}); "
+                    f"give a scene that holds it, e.g. model={ASSETS / 'panda_push.xml'} for the puck"
+                )
+            self._object_bodies[name] = body
+        self.object_poses = 0  # pose messages published
+        self._object_every = max(1, round(cfg.rate_hz / cfg.object_rate_hz))  # control periods per pose
 
         from robotrl.hardware.ros2 import make_bridge
 
@@ -246,7 +274,7 @@ class SimTwin:
             raise
 
     def _open_topics(self) -> None:
-        from robotrl.hardware.ros2.msgs import Float64MultiArray, Image, JointState, JointTrajectory
+        from robotrl.hardware.ros2.msgs import Float64MultiArray, Image, JointState, JointTrajectory, PoseStamped
 
         cfg = self.cfg
         self._JointState = JointState
@@ -272,6 +300,11 @@ class SimTwin:
             )
             self.topics["gripper"] = topic
 
+        self._object_pubs = {}
+        for name in cfg.objects:
+            topic = cfg.object_topic.format(name=name)
+            self._object_pubs[name] = self.bridge.publisher(topic, PoseStamped, "sensor_data")
+            self.topics[f"object/{name}"] = self._object_pubs[name].topic
         if cfg.cameras:
             publishers = {
                 name: self.bridge.publisher(f"/camera/{name}/image_raw", Image, "sensor_data") for name in cfg.cameras
@@ -411,6 +444,8 @@ class SimTwin:
         for _ in range(self.substeps):
             mujoco.mj_step(self.model, self.data)
         self.publish_joint_state()
+        if self._object_pubs and self.periods % self._object_every == 0:
+            self.publish_object_poses()
         self.periods += 1
         if self._cameras is not None:
             self._cameras.offer(self.data)
@@ -430,6 +465,16 @@ class SimTwin:
         msg.header.frame_id = self.cfg.frame_id
         self.joint_states.publish(msg)
         self._publish_times.append(time.monotonic())
+
+    def publish_object_poses(self) -> None:
+        """Each tracked body's world pose (MuJoCo's xpos, xquat), stamped now."""
+        from robotrl.hardware.ros2.tensors import pose_msg, time_msg
+
+        stamp = time_msg(time.time())
+        for name, body in self._object_bodies.items():
+            msg = pose_msg(self.data.xpos[body], self.data.xquat[body], stamp, self.cfg.frame_id)
+            self._object_pubs[name].publish(msg)
+            self.object_poses += 1
 
     @property
     def setpoint(self) -> np.ndarray:
@@ -474,7 +519,7 @@ class SimTwin:
     def reset_stats(self) -> None:
         """Start the counters and timings of `stats()` afresh (after a warm-up, say)."""
         with self._command_lock:
-            self.periods = self.missed = self.clamped = self.images = 0
+            self.periods = self.missed = self.clamped = self.images = self.object_poses = 0
             self.accepted.clear()
             self.rejected.clear()
             self._publish_times.clear()
@@ -508,6 +553,7 @@ class SimTwin:
             "rejected": {reason: rejected.get(reason, 0) for reason in REJECT_REASONS},
             "clamped": clamped,
             "images": self.images,
+            "object_poses": self.object_poses,
         }
 
     def close(self) -> None:

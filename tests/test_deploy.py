@@ -1,7 +1,8 @@
 """robotrl-deploy end to end: a run directory (config + checkpoint of a panda_reach policy) deployed through
 the real entry point (Hydra, a process of its own) against the simulated twin over DDS on loopback, with the
 session recorded to a rosbag2 MCAP bag that rosbags reads back; the e-stop as the robot env hears it, and a
-task's relative_frame carried to the robot env. Domain ids 186-189, 208, 209."""
+task's relative_frame carried to the robot env; a push policy deployed with the puck tracked on the twin.
+Domain ids 186-189, 208, 209, 212."""
 
 import json
 import threading
@@ -17,13 +18,13 @@ from omegaconf import OmegaConf
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl[ros]"')
 
-from robotrl.hardware.deploy import BagRecorder, DeployConfig, make_robot_env, task_facts
+from robotrl.hardware.deploy import BagRecorder, DeployConfig, make_robot_env, run, task_facts
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.msgs import Bool
 from robotrl.hardware.ros2.qos import DEFAULT, LATCHED
-from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
 
 from robotrl.agents import make_agent
 from robotrl.config import register_configs, to_train_config
@@ -227,3 +228,58 @@ def test_a_relative_frame_task_deploys_with_relative_frame_actions():
             assert env.relative_frame is relative_frame
         finally:
             env.close()
+
+
+def test_a_push_policy_deploys_with_the_puck_tracked_and_its_goal_given(tmp_path):
+    """panda_push observes the puck: deployment names the tracking to set up, then runs the policy on the twin
+    (panda_push's scene, the puck's pose published as a motion-capture system would) and records the poses."""
+    from robotrl.hardware.deploy import load_policy
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import Stores, get_typestore
+
+    (tmp_path / "run").mkdir()
+    run_dir = _untrained_run(tmp_path / "run", ["task=panda_push", "agent.actor_hidden=[32,32]"])
+    _, _, obs_spec, action_dim, facts = load_policy(run_dir)
+    hardware = RobotEnvConfig(domain_id=212, control_rate_hz=RATE)
+    hint = (
+        r"observes \['goal', 'puck_pos', 'puck_to_goal', 'to_puck'\], which the robot does not measure: "
+        r"track \['puck'\] with hardware\.objects=\[puck\] \(a geometry_msgs/PoseStamped each, in the arm's base "
+        r"frame, on /objects/puck/pose\); give \+goal\.goal=\[x,y\]$"
+    )
+    with pytest.raises(ValueError, match=hint):
+        make_robot_env(hardware, obs_spec, action_dim, facts)
+    hardware.objects = ["puck"]
+    with pytest.raises(ValueError, match=r"observes \['goal', 'puck_to_goal'\].*: give \+goal\.goal=\[x,y\]$"):
+        make_robot_env(hardware, obs_spec, action_dim, facts)
+
+    twin_cfg = SimTwinConfig(
+        rate_hz=RATE, domain_id=212, report_interval=0, model=str(ASSETS / "panda_push.xml"), objects=["puck"]
+    )
+    twin = SimTwin(twin_cfg)
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    bag = tmp_path / "session"
+    try:
+        cfg = DeployConfig(
+            run=str(run_dir),
+            hardware=hardware,
+            episodes=1,
+            episode_steps=20,
+            goal={"goal": [0.6, 0.1]},
+            record=str(bag),
+        )
+        summary = run(cfg)
+    finally:
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
+    assert summary["steps"] == 20 and summary["policy_errors"] == 0
+    assert summary.get("stale_observations", 0) == 0 and summary.get("bad_object_pose", 0) == 0
+    poses = []
+    with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as reader:
+        for connection, _, raw in reader.messages():
+            if connection.topic == "/objects/puck/pose":
+                assert connection.msgtype == "geometry_msgs/msg/PoseStamped"
+                poses.append(reader.deserialize(raw, connection.msgtype).pose.position)
+    assert len(poses) == summary["record"]["messages"]["/objects/puck/pose"] > 20
+    assert abs(poses[0].x - 0.5) < 0.01 and abs(poses[0].z - 0.02) < 0.005  # the scene's puck, where it starts

@@ -2,8 +2,9 @@
 reset reaches home through the shield, a stale joint-state topic makes the env hold and report, a killed
 twin makes the shield brake within two periods, camera frames become pixel observations, NaN and
 out-of-range actions never reach the command topic, every e-stop press latches (short ones, latched and
-default-QoS publishers), relative_frame actions move the tool as in simulation. Each test has its own ROS 2
-domain id (181-185, 188, 191, 192, 196, 200-207)."""
+default-QoS publishers), relative_frame actions move the tool as in simulation, a tracked object's pose gives
+a task's object entries (and one missing, old or not a pose is never acted on). Each test has its own ROS 2
+domain id (181-185, 188, 191, 192, 196, 200-207, 210, 211)."""
 
 import math
 import subprocess
@@ -28,8 +29,9 @@ from robotrl.hardware.robot_env import (
 )
 from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import DEFAULT, LATCHED, make_bridge
-from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray
-from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, PoseStamped
+from robotrl.hardware.ros2.tensors import pose_msg
+from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
 
 RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
 # The in-process twin shares the GIL with the env and DDS, so on a loaded 2-core machine its states can come
@@ -342,6 +344,20 @@ def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match=r"unknown keys \['max_speed'\]"):
         RobotEnvConfig(shield={"max_speed": 1}).shield_config()
     assert math.isclose(RobotEnvConfig(control_rate_hz=250).shield_config().control_period, 0.004)
+    with pytest.raises(ValueError, match=r"hardware\.objects must be names such as puck or cube, got \['the puck'\]"):
+        RobotEnvConfig(objects=["the puck"]).validate()
+    with pytest.raises(ValueError, match=r"hardware\.objects names an object twice"):
+        RobotEnvConfig(objects=["puck", "puck"]).validate()
+    with pytest.raises(ValueError, match=r"hardware\.object_topic '/mocap/\{body\}' may hold only the placeholder"):
+        RobotEnvConfig(objects=["puck"], object_topic="/mocap/{body}").validate()
+    with pytest.raises(ValueError, match=r"hardware\.max_object_age must be a finite number > 0, got 0"):
+        RobotEnvConfig(max_object_age=0).validate()
+    with pytest.raises(ValueError, match=r"object_rate_hz must be in \(0, rate_hz=250\], got 500"):
+        SimTwinConfig(rate_hz=250, object_rate_hz=500).validate()
+    with pytest.raises(
+        KeyError, match=r"objects: body 'puck' is not in the twin's model \(the plain panda\); give a scene"
+    ):
+        SimTwin(SimTwinConfig(objects=["puck"]), bridge=object())  # the plain arm has no puck
 
 
 def test_estop_topic_latches_a_hold_until_acknowledged_and_reset():
@@ -554,3 +570,89 @@ def test_relative_frame_actions_move_the_tool_as_the_simulated_controller_does()
     assert sim_motion[2] < -0.03 and robot_motion[2] < -0.03  # down, not up
     cosine = robot_motion @ sim_motion / (np.linalg.norm(robot_motion) * np.linalg.norm(sim_motion))
     assert cosine > 0.95, (robot_motion, sim_motion)
+
+
+PUSH_KEYS = ["arm_qpos", "arm_qvel", "ee_pos", "puck_pos", "to_puck", "goal", "puck_to_goal"]
+
+
+def test_a_tracked_pucks_pose_gives_the_push_entries_and_closes_the_loop():
+    """The twin runs panda_push's scene and publishes the puck's pose as a motion-capture system would; the
+    env builds panda_push's observation from it, and a policy steering to the measured puck gets there."""
+    twin_cfg = SimTwinConfig(
+        rate_hz=RATE, domain_id=210, report_interval=0, model=str(ASSETS / "panda_push.xml"), objects=["puck"]
+    )
+    twin = SimTwin(twin_cfg)
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    env = _env(210, control="ee_delta", goal={"goal": [0.6, 0.1]}, observe=PUSH_KEYS, cfg={"objects": ["puck"]})
+    try:
+        assert env.tracked_objects == ["puck"] and env.topics["object/puck"] == "/objects/puck/pose"
+        env.reset()
+        assert wait_until(lambda: env._observe()[1]["stale_observation"] == 0, timeout=10.0)
+        obs, _ = env._observe()
+        shapes = {"puck_pos": (3,), "to_puck": (3,), "goal": (2,), "puck_to_goal": (2,)}
+        assert {k: obs[k].shape for k in shapes} == shapes and obs in env.observation_space
+        puck = twin.data.xpos[twin._object_bodies["puck"]].copy()
+        np.testing.assert_allclose(obs["puck_pos"], puck, atol=1e-3)
+        np.testing.assert_allclose(obs["to_puck"], obs["puck_pos"] - obs["ee_pos"], atol=1e-6)
+        np.testing.assert_allclose(obs["puck_to_goal"], np.array([0.6, 0.1]) - obs["puck_pos"][:2], atol=1e-6)
+        above = np.array([0.0, 0.0, 0.08])
+        assert np.linalg.norm(obs["ee_pos"] - (puck + above)) > 0.1
+        for _ in range(40):  # ee_delta toward 8 cm above the puck, from the measured pose alone
+            action = np.clip((obs["puck_pos"] + above - obs["ee_pos"]) / env.max_ee_step, -1.0, 1.0)
+            obs, _, _, _, info = env.step(action.astype(np.float32))
+        assert info["stale_observation"] == 0
+        assert np.linalg.norm(obs["ee_pos"] - (puck + above)) < 0.02
+    finally:
+        env.close()
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
+
+
+def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
+    keys = ["arm_qpos", "arm_qvel", "ee_pos", "cube_pos", "cube_quat", "to_cube"]
+    cfg = {"objects": ["cube"], "object_frame": "panda_link0", "max_object_age": 0.3}
+    with twin_running(211):
+        env = _env(211, control="ee_delta", observe=keys, cfg=cfg)
+        tracker = make_bridge("dds", domain_id=211, loopback=True)
+        publisher = tracker.publisher("/objects/cube/pose", PoseStamped, "sensor_data")
+
+        def observed_after(expected: str, position, quat_wxyz, frame="panda_link0") -> None:
+            """Publish the pose until the env's observation says `expected` ("fresh": not stale)."""
+
+            def seen() -> bool:
+                publisher.publish(pose_msg(position, quat_wxyz, frame_id=frame))
+                return expected in env._observe()[1].get("stale_reason", "fresh")
+
+            assert wait_until(seen, timeout=5.0), env._observe()[1]
+
+        try:
+            _, info = env.reset()
+            assert info["stale_observation"] == 1 and "object cube has sent no pose" in info["stale_reason"]
+            # a tracker's quaternion (x, y, z, w) with w < 0: the same rotation, observed w-first with w >= 0
+            observed_after("fresh", [0.5, 0.1, 0.03], [-0.9659258, 0.0, 0.0, -0.2588190])
+            obs, _ = env._observe()
+            np.testing.assert_allclose(obs["cube_pos"], [0.5, 0.1, 0.03], atol=1e-6)
+            np.testing.assert_allclose(obs["cube_quat"], [0.9659258, 0.0, 0.0, 0.2588190], atol=1e-6)
+            np.testing.assert_allclose(obs["to_cube"], obs["cube_pos"] - obs["ee_pos"], atol=1e-6)
+            bad = [
+                (([math.nan, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0]), "non-finite"),
+                (([0.5, 0.1, 0.03], [0.0, 0.0, 0.0, 0.0]), "not a unit quaternion"),
+                (([0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0], "world"), "not hardware.object_frame 'panda_link0'"),
+            ]
+            for args, expected in bad:
+                observed_after(expected, *args)
+                _, _, _, _, info = env.step(np.array([0.0, 0.0, 1.0], np.float32))
+                assert info["stale_observation"] == 1 and expected in info["stale_reason"]
+                height = env.setpoint.copy()
+                _, _, _, _, info = env.step(np.array([0.0, 0.0, 1.0], np.float32))
+                assert info["skipped_stale"] == 1  # acted on a stale observation: nothing new was sent
+                np.testing.assert_allclose(env.setpoint, height, atol=1e-3)
+            assert env.stats["bad_object_pose"] >= 3
+            observed_after("fresh", [0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0])
+            time.sleep(0.4)  # the tracker goes quiet: older than max_object_age
+            assert "object cube pose" in env._observe()[1]["stale_reason"]
+        finally:
+            env.close()
+            tracker.close()

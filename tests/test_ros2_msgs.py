@@ -287,3 +287,19 @@ def test_time_msg():
     assert tensors.time_seconds(stamp) == 12.25
     with pytest.raises(ValueError, match="nan"):
         tensors.time_msg(float("nan"))
+
+
+def test_a_pose_becomes_position_and_a_w_first_unit_quaternion_or_is_refused():
+    half_turn = math.sqrt(0.5)
+    msg = tensors.pose_msg([0.1, -0.2, 0.3], [-half_turn, 0.0, 0.0, -half_turn], frame_id="base")
+    assert (msg.pose.orientation.w, msg.pose.orientation.z) == (-half_turn, -half_turn)  # ROS's fields, as given
+    position, quat = tensors.pose_tensors(msg)
+    assert position.tolist() == [0.1, -0.2, 0.3] and position.dtype == torch.float64
+    torch.testing.assert_close(quat, torch.tensor([half_turn, 0.0, 0.0, half_turn], dtype=torch.float64))
+    # a tracker's rounding (norm 1.005) is normalised; further off it is no rotation
+    _, quat = tensors.pose_tensors(tensors.pose_msg([0, 0, 0], [1.005, 0, 0, 0]))
+    assert quat.tolist() == [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"not a unit quaternion: norm 1\.0200"):
+        tensors.pose_tensors(tensors.pose_msg([0, 0, 0], [1.02, 0, 0, 0]))
+    with pytest.raises(ValueError, match="non-finite"):
+        tensors.pose_tensors(tensors.pose_msg([0, math.inf, 0], [1, 0, 0, 0]))

@@ -16,8 +16,16 @@ from robotrl.hardware.ros2.msgs import (
     JointState,
     MultiArrayDimension,
     MultiArrayLayout,
+    Point,
+    Pose,
+    PoseStamped,
+    Quaternion,
     Time,
 )
+
+# A measured orientation is taken as a rotation only within this of unit norm (then normalised); further off,
+# the message is not a rotation at all (a zeroed quaternion from a tracker that lost its markers, say).
+UNIT_QUATERNION_TOLERANCE = 0.01
 
 IMAGE_CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
 
@@ -134,3 +142,35 @@ def image_msg(pixels: torch.Tensor, encoding: str = "rgb8", stamp: Time | None =
     data = pixels.detach().cpu().permute(1, 2, 0).contiguous().numpy().tobytes()
     header = Header(stamp=stamp if stamp is not None else time_msg(), frame_id=frame_id)
     return Image(header=header, height=height, width=width, encoding=encoding, step=width * channels, data=data)
+
+
+def pose_tensors(msg: PoseStamped, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """A PoseStamped as (position [3], orientation [4] in MuJoCo's order w, x, y, z; ROS gives x, y, z, w).
+
+    The orientation is normalised and its sign chosen so w >= 0 (q and -q are one rotation; trackers report
+    either, MuJoCo's near-upright bodies have w > 0). A non-finite value or an orientation that is not a unit
+    quaternion (within UNIT_QUATERNION_TOLERANCE) raises ValueError naming it: it is never a measurement."""
+    p, o = msg.pose.position, msg.pose.orientation
+    position = torch.tensor([p.x, p.y, p.z], dtype=torch.float64)
+    quat = torch.tensor([o.w, o.x, o.y, o.z], dtype=torch.float64)
+    if not (torch.isfinite(position).all() and torch.isfinite(quat).all()):
+        raise ValueError(
+            f"pose has non-finite values: position {position.tolist()}, orientation (wxyz) {quat.tolist()}"
+        )
+    norm = float(quat.norm())
+    if abs(norm - 1.0) > UNIT_QUATERNION_TOLERANCE:
+        raise ValueError(f"pose orientation is not a unit quaternion: norm {norm:.4f} (wxyz {quat.tolist()})")
+    quat = quat / norm
+    if quat[0] < 0:
+        quat = -quat
+    return position.to(dtype), quat.to(dtype)
+
+
+def pose_msg(
+    position: Sequence[float], quat_wxyz: Sequence[float], stamp: Time | None = None, frame_id: str = ""
+) -> PoseStamped:
+    """A PoseStamped from a position and a w, x, y, z orientation (MuJoCo's order)."""
+    x, y, z = (float(v) for v in position)
+    w, qx, qy, qz = (float(v) for v in quat_wxyz)
+    header = Header(stamp=stamp if stamp is not None else time_msg(), frame_id=frame_id)
+    return PoseStamped(header=header, pose=Pose(Point(x, y, z), Quaternion(qx, qy, qz, w)))
