@@ -149,6 +149,8 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
             "robot": task.robot.name,
             "cameras": [k.removeprefix("pixels_") for k in env.obs_spec if k.startswith("pixels_")],
             "image_size": train_cfg.task.image_size,
+            # how the task's reward and success follow from an observation (None: not goal-conditioned)
+            "goal_spec": task.goal_spec() if hasattr(task, "goal_spec") else None,
         }
         return facts, dict(env.obs_spec), env.action_dim
     finally:

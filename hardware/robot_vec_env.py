@@ -5,8 +5,10 @@ through the shield; this adds what a learner needs and a robot does not measure 
 
 - **Reward and success.** Where the task's reward is a function of the tool point and a goal the robot env
   knows (panda_reach: `to_target = target - ee_pos`), it is computed exactly as the simulated task does:
-  `-distance` (dense) or `success - 1` (sparse), success within `success_threshold`. Other tasks need the
-  object's state, which a robot does not report: there `reward=classifier`, and the learned reward classifier
+  `-distance` (dense) or `success - 1` (sparse), success within `success_threshold`. Where it is a function
+  of objects the robot env tracks (`hardware.objects`; panda_push: the puck, `reward=task`), the simulated
+  task's own reward and success (its `GoalSpec`) are applied to the robot's observation. Elsewhere the
+  object's state is not reported: there `reward=classifier`, and the learned reward classifier
   (`hil.reward_classifier`, on camera frames, as HIL-SERL does) wraps this env and replaces both.
 - **A goal per episode**, drawn uniformly from `goal_range` (the box the simulated task samples from), so the
   policy keeps seeing the spread of goals it was trained on; the seed makes the sequence reproducible.
@@ -30,7 +32,12 @@ from robotrl.runtime.env import Obs, StepResult, check_action
 if TYPE_CHECKING:  # the robot env imports MuJoCo (forward kinematics); the configs here must not
     from robotrl.hardware.robot_env import RobotEnv
 
-REWARDS = ("goal_distance", "classifier")
+    from robotrl.data.hindsight import GoalSpec
+
+REWARDS = ("goal_distance", "task", "classifier")
+# Tasks a robot scores with the task's own reward once it tracks their objects (hardware.objects): the
+# observation entry that holds the episode's goal. (Pick's reward needs the fingers' contacts with the cube.)
+TRACKED_OBJECT_TASKS = {"panda_push": "goal"}
 
 
 def goal_box(name: str, box) -> tuple[np.ndarray, np.ndarray]:
@@ -51,8 +58,9 @@ def goal_box(name: str, box) -> tuple[np.ndarray, np.ndarray]:
 class RobotRewardConfig:
     """How a robot episode is scored; the actor fills it from the task (`reward_for_task`)."""
 
-    kind: str = "goal_distance"  # goal_distance | classifier (a learned classifier wraps the env)
+    kind: str = "goal_distance"  # goal_distance | task | classifier (a learned classifier wraps the env)
     relative_goal: str = "to_target"  # the observation entry goal - ee_pos (goal_distance)
+    goal_key: str = "goal"  # task: the observation entry holding the episode's goal
     dense: bool = True  # -distance; False: success - 1
     success_threshold: float = 0.05  # metres
     terminate_on_success: bool = False
@@ -70,6 +78,11 @@ class RobotRewardConfig:
                 )
             if not self.success_threshold > 0:
                 raise ValueError(f"success_threshold must be > 0, got {self.success_threshold}")
+        if self.kind == "task" and self.goal_key not in env.goal:
+            raise ValueError(
+                f"the task's reward reads its goal from {self.goal_key!r}, which this robot env does not hold "
+                f"(goals: {sorted(env.goal)}): give +robot.goal.{self.goal_key}=[...] or a robot.goal_range"
+            )
         for key, box in self.goal_range.items():
             if key not in env.goal:
                 raise ValueError(f"goal_range.{key}: the robot env has no goal {key!r} (goals: {sorted(env.goal)})")
@@ -85,16 +98,19 @@ class RobotVecEnv:
 
     num_envs = 1
 
-    def __init__(self, env: RobotEnv, reward: RobotRewardConfig):
+    def __init__(self, env: RobotEnv, reward: RobotRewardConfig, goal_spec: GoalSpec | None = None):
+        """`goal_spec`: the simulated task's reward and success as functions of an observation (reward=task)."""
         reward.validate(env)
-        self.env, self.reward_cfg = env, reward
+        if reward.kind == "task" and goal_spec is None:
+            raise ValueError("reward=task needs the task's GoalSpec (its reward and success given an observation)")
+        self.env, self.reward_cfg, self.goal_spec = env, reward, goal_spec
         self.name = f"robot:{env.cfg.robot}"
         self.action_dim, self.control = env.action_dim, env.control
         self.obs_spec = {
             key: TensorSpec(tuple(space.shape), torch.uint8 if space.dtype == np.uint8 else torch.float32)
             for key, space in env.observation_space.spaces.items()
         }
-        self.has_success = reward.kind == "goal_distance"
+        self.has_success = reward.kind in ("goal_distance", "task")
         self._rng = np.random.default_rng()
         self.stale_episodes = 0  # episodes cut short by a stale observation
 
@@ -113,7 +129,7 @@ class RobotVecEnv:
         action = check_action(self.name, action, 1, self.action_dim)
         obs, _, terminated, truncated, info = self.env.step(action[0].numpy())
         next_obs = self._tensors(obs)
-        reward, success = self._score(obs)
+        reward, success = self._score(obs, next_obs)
         terminated = terminated or (success and self.reward_cfg.terminate_on_success)
         if info.get("stale_observation") or info.get("late_action"):
             self.stale_episodes += 1
@@ -128,8 +144,11 @@ class RobotVecEnv:
             success=torch.tensor([success]),
         )
 
-    def _score(self, obs: dict[str, np.ndarray]) -> tuple[float, bool]:
+    def _score(self, obs: dict[str, np.ndarray], tensors: Obs) -> tuple[float, bool]:
         cfg = self.reward_cfg
+        if cfg.kind == "task":
+            goal = tensors[cfg.goal_key]
+            return float(self.goal_spec.reward(tensors, goal)[0]), bool(self.goal_spec.success(tensors, goal)[0])
         if cfg.kind != "goal_distance":
             return 0.0, False  # the classifier wrapper scores this step
         distance = float(np.linalg.norm(obs[cfg.relative_goal]))
@@ -151,7 +170,8 @@ class RobotVecEnv:
 class ActorRobotConfig:
     """The actor's `robot.*`: the goals of a robot episode and how it is scored (`robotrl-actor hardware=...`)."""
 
-    reward: str = "auto"  # auto (classifier if hil.reward_classifier, else goal_distance) | goal_distance | classifier
+    # auto: classifier if hil.reward_classifier, else task for TRACKED_OBJECT_TASKS, else goal_distance
+    reward: str = "auto"  # auto | goal_distance | task | classifier
     goal: dict[str, list[float]] = field(default_factory=dict)  # fixed goals, e.g. +robot.goal.target=[0.5,0,0.3]
     goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # per-episode goals; {}: the task's box
 
@@ -184,15 +204,18 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
     from robotrl.hardware.deploy import make_robot_env, task_facts
 
     robot.validate()
-    kind = robot.reward if robot.reward != "auto" else "classifier" if classifier else "goal_distance"
+    kind = robot.reward
+    if kind == "auto":
+        kind = "classifier" if classifier else "task" if task_cfg.name in TRACKED_OBJECT_TASKS else "goal_distance"
     if kind == "classifier" and not classifier:
         raise ValueError("robot.reward=classifier needs hil.reward_classifier=<robotrl-train-classifier output dir>")
     relative = GOAL_DISTANCE_TASKS.get(task_cfg.name)
-    if kind == "goal_distance" and relative is None:
+    if (kind == "goal_distance" and relative is None) or (kind == "task" and task_cfg.name not in TRACKED_OBJECT_TASKS):
         raise ValueError(
             f"task {task_cfg.name!r} is scored by object state a robot does not report: give "
             f"hil.reward_classifier=<dir> (a classifier on camera frames); the goal-distance reward covers "
-            f"{sorted(GOAL_DISTANCE_TASKS)}"
+            f"{sorted(GOAL_DISTANCE_TASKS)}, the task's own reward from tracked objects (hardware.objects) "
+            f"{sorted(TRACKED_OBJECT_TASKS)}"
         )
     facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
     if kind == "goal_distance" and relative not in obs_spec:
@@ -220,13 +243,14 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
     reward = RobotRewardConfig(
         kind=kind,
         relative_goal=relative or "to_target",
+        goal_key=TRACKED_OBJECT_TASKS.get(task_cfg.name, "goal"),
         dense=getattr(task_cfg, "reward", "dense") == "dense",
         success_threshold=float(getattr(task_cfg, "success_threshold", 0.05)),
         terminate_on_success=bool(getattr(task_cfg, "terminate_on_success", False)),
         goal_range={k: v for k, v in goal_range.items() if k not in robot.goal},
     )
     try:
-        return RobotVecEnv(env, reward)
+        return RobotVecEnv(env, reward, facts["goal_spec"])
     except Exception:
         env.close()
         raise

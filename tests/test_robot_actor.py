@@ -1,7 +1,8 @@
 """Fine-tuning on a robot: robotrl-actor with hardware=sim_twin acts on the simulated twin (real MuJoCo in a
 thread, real DDS on loopback) through the robot env and the shield, and streams to a robotrl-learner process
 over real gRPC. The robot's episodes are scored as the simulated task scores them where the robot env knows
-everything the reward needs (panda_reach), and refused by name where it does not. Domain ids 193-195."""
+everything the reward needs (panda_reach; panda_push with the puck tracked), and refused by name where it does
+not. Domain ids 193-195, 214."""
 
 import math
 import threading
@@ -15,7 +16,7 @@ pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robo
 from hydra import compose, initialize_config_module
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_vec_env import ActorRobotConfig, make_robot_vec_env
-from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
 from robotrl.tasks.configs import ArmTaskConfig
 from robotrl.tasks.panda_reach import TARGET_HIGH, TARGET_LOW
 
@@ -29,8 +30,8 @@ SMALL_SAC = SACConfig(batch_size=32, actor_hidden=[32, 32], critic_hidden=[32, 3
 
 
 class TwinThread:
-    def __init__(self, domain_id: int):
-        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0))
+    def __init__(self, domain_id: int, **cfg):
+        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0, **cfg))
         self.thread = threading.Thread(target=self.twin.run, daemon=True)
 
     def __enter__(self):
@@ -96,10 +97,43 @@ def test_tasks_a_robot_cannot_score_need_the_reward_classifier_by_name():
             to_actor_config(compose("actor", ["hardware=sim_twin", "num_envs=4"]))
         with pytest.raises(ValueError, match=r"hil\.operator=scripted needs the simulator's expert"):
             to_actor_config(compose("actor", ["hardware=sim_twin", "hil.operator=scripted"]))
-        with pytest.raises(ValueError, match=r"robot\.reward must be one of auto, goal_distance, classifier"):
+        with pytest.raises(ValueError, match=r"robot\.reward must be one of auto, goal_distance, task, classifier"):
             to_actor_config(compose("actor", ["hardware=sim_twin", "robot.reward=vibes"]))
         cfg = to_actor_config(compose("actor", ["hardware=panda", "+robot.goal.target=[0.5,0.0,0.3]"]))
     assert cfg.hardware.loopback is False and cfg.robot.goal == {"target": [0.5, 0.0, 0.3]}
+
+
+def test_push_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_tracked_puck():
+    push = ArmTaskConfig(name="panda_push")
+    with TwinThread(214, model=str(ASSETS / "panda_push.xml"), objects=["puck"]) as twin:
+        with pytest.raises(
+            ValueError, match=r"observes \['puck_pos', 'puck_to_goal', 'to_puck'\].*hardware\.objects=\[puck\]"
+        ):
+            make_robot_vec_env(push, SMALL_SAC, hardware(214), ActorRobotConfig(goal={"goal": [0.6, 0.0]}), False)
+        tracked = hardware(214)
+        tracked.objects = ["puck"]
+        with pytest.raises(
+            ValueError, match=r"give \+robot\.goal\.goal=\[x,y\]"
+        ):  # simulation draws it around the puck
+            make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(), classifier=False)
+        puck_xy = [float(v) for v in twin.data.xpos[twin._object_bodies["puck"]][:2]]
+        for goal, succeeds in (([puck_xy[0] + 0.12, puck_xy[1]], False), (puck_xy, True)):
+            env = make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(goal={"goal": goal}), False)
+            try:
+                assert env.reward_cfg.kind == "task" and env.has_success
+                env.reset(seed=1)
+                result = env.step(torch.zeros(1, env.action_dim))
+                obs = result.next_obs
+                assert env.stale_episodes == 0
+                puck, ee = obs["puck_pos"][0].double(), obs["ee_pos"][0].double()
+                distance = float((torch.tensor(goal, dtype=torch.float64) - puck[:2]).norm())
+                assert (distance < push.success_threshold) == succeeds == bool(result.success)
+                # panda_push's dense reward (tasks/panda_push.py: outcome), from the measured puck
+                reach, to_goal = 1 - math.tanh(10 * float((puck - ee).norm())), 1 - math.tanh(5 * distance)
+                expected = (0.2 * reach + to_goal + float(succeeds)) / 2.2
+                assert math.isclose(float(result.reward), expected, rel_tol=1e-4, abs_tol=1e-5)
+            finally:
+                env.close()
 
 
 def test_an_actor_on_the_twin_streams_scored_transitions_to_a_learner_and_takes_its_weights(tmp_path):
