@@ -33,8 +33,11 @@ from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, object_entries,
 
 log = logging.getLogger(__name__)
 
-# Observation entries that are a goal minus the tool point, by the goal they are relative to.
-KNOWN_RELATIVE = {"to_target": "target", "tip_to_hole": "hole"}
+# Observation entries that are a goal minus the tool point, by the goal they are relative to. (peg_insert's
+# tip_to_hole is the hole minus the peg's tip, which a robot does not measure: it is not one of these.)
+KNOWN_RELATIVE = {"to_target": "target"}
+# Entries the simulated tasks hold fixed through an episode (a goal), so a fixed value on a robot is right.
+TASK_GOALS = ("target", "hole", "goal")
 
 
 @dataclass
@@ -232,19 +235,27 @@ def _object_named(key: str) -> str | None:
 
 def _how_to_give(missing: list[str], obs_spec: dict, hw: RobotEnvConfig, goal: dict, goal_option: str) -> str:
     """What to add for `missing` observation entries: tracked objects for an object's entries, fixed values
-    for the rest (and for the goal an `<object>_to_<goal>` entry measures against)."""
+    for the goals a task holds through an episode (and the goal an entry is measured against), and which
+    entries a robot cannot give at all (a fixed value for an entry that moves would be a wrong observation)."""
     objects: list[str] = []
     fixed: dict[str, int] = {}
+    unmeasured: list[str] = []
     for key in missing:
         name = _object_named(key)
-        if name is None:
+        if key in KNOWN_RELATIVE:
+            fixed[KNOWN_RELATIVE[key]] = obs_spec[key].shape[0]
+        elif key in TASK_GOALS:
             fixed[key] = obs_spec[key].shape[0]
-            continue
-        if name not in hw.objects and name not in objects:
-            objects.append(name)
-        against = re.fullmatch(rf"{name}_to_(\w+)", key)
-        if against and against.group(1) not in goal:
-            fixed[against.group(1)] = obs_spec[key].shape[0]
+        elif name is None:
+            unmeasured.append(key)
+        else:
+            if name not in hw.objects and name not in objects:
+                objects.append(name)
+            against = re.fullmatch(rf"{name}_to_(\w+)", key)
+            if against and against.group(1) not in goal:
+                fixed[against.group(1)] = obs_spec[key].shape[0]
+    if unmeasured:
+        return f"a robot does not measure {unmeasured} (state that moves, not a goal): this policy cannot run on it"
     hints = []
     if objects:
         topics = ", ".join(hw.object_topic.format(name=name) for name in objects)
@@ -255,7 +266,12 @@ def _how_to_give(missing: list[str], obs_spec: dict, hw: RobotEnvConfig, goal: d
     if fixed:
         values = {key: ",".join("xyzw"[:size]) if size <= 4 else "..." for key, size in fixed.items()}
         hints.append("give " + " ".join(f"+{goal_option}.{k}=[{v}]" for k, v in values.items()))
-    return "; ".join(hints)
+        named_twice = sorted(set(fixed) & set(hw.objects))
+        if named_twice:
+            hints.append(
+                f"the policy reads {named_twice} as goals, not tracked objects: remove them from hardware.objects"
+            )
+    return "; ".join(hints) or f"check hardware.objects {list(hw.objects)} and {goal_option} (a goal has 1-3 values)"
 
 
 def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any]:

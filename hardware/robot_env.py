@@ -16,7 +16,8 @@ each from a motion-capture system or a fiducial detector) give `<name>_pos`, `<n
 observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
 step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
 `StaleObservationError` (`on_stale=raise`). Nor is an action whose observation has aged past
-`max_state_age` plus one policy period by the time `step` receives it (`late_action`).
+`max_state_age` (its tracked poses past `max_object_age`) plus one policy period by the time `step` receives it
+(`late_action`).
 
 Commands: a control thread runs at `control_rate_hz` (the shield's control period) and, every period,
 passes the newest policy command (or None) through `robotrl.safety.Shield.filter` with the newest joint
@@ -429,6 +430,7 @@ class RobotEnv(gym.Env):
         self._stacks: dict[str, np.ndarray] = {}  # pixel key -> the last frame_stack frames [3k, H, W]
         self._obs_state: _State | None = None  # the state the last observation was built from
         self._obs_fresh = False
+        self._obs_object_received: float | None = None
         self._last_target = np.zeros(self.n)
         self._target_quat = np.array([1.0, 0.0, 0.0, 0.0])
         self._t = 0
@@ -607,10 +609,13 @@ class RobotEnv(gym.Env):
         for key, goal in self.relative_goal.items():
             obs[key] = (self.goal[goal] - ee).astype(np.float32)
         poses = {}
+        self._obs_object_received = None  # the oldest tracked pose this observation holds
         for name, sub in self._object_poses.items():
-            pose, problem = self._object_pose(sub)
+            pose, received_at, problem = self._object_pose(sub)
             if problem:
                 stale.append(f"object {name} {problem}")
+            elif self._obs_object_received is None or received_at < self._obs_object_received:
+                self._obs_object_received = received_at
             poses[name] = pose
         for key, (name, what) in self._object_entries.items():
             position, quat = poses[name]
@@ -643,28 +648,30 @@ class RobotEnv(gym.Env):
         self._obs_fresh = not stale
         return {key: obs[key] for key in self.observation_space.spaces}, info
 
-    def _object_pose(self, sub) -> tuple[tuple[np.ndarray, np.ndarray], str | None]:
-        """(position, wxyz orientation) of the newest pose on `sub`, and what keeps it from being acted on
-        (None: fresh and valid). A pose that is not one (NaN, a zero quaternion, another frame) is counted."""
+    def _object_pose(self, sub) -> tuple[tuple[np.ndarray, np.ndarray], float, str | None]:
+        """(position, wxyz orientation) of the newest pose on `sub`, when it arrived (monotonic), and what
+        keeps it from being acted on (None: fresh and valid). Observations built on a pose that is not one
+        (NaN, a zero quaternion, another frame) are counted in `bad_object_pose`."""
         from robotrl.hardware.ros2.tensors import pose_tensors
 
         unknown = (np.zeros(3, np.float32), np.array([1.0, 0.0, 0.0, 0.0], np.float32))
         received = sub.latest()
         if received is None:
-            return unknown, "has sent no pose"
+            return unknown, math.nan, "has sent no pose"
         age = received.age()
         if age > self.cfg.max_object_age:
-            return unknown, f"pose {age * 1e3:.0f} ms old"
+            return unknown, received.received_at, f"pose {age * 1e3:.0f} ms old"
         frame = received.msg.header.frame_id
         if self.cfg.object_frame and frame != self.cfg.object_frame:
             self.stats["bad_object_pose"] += 1
-            return unknown, f"pose in frame {frame!r}, not hardware.object_frame {self.cfg.object_frame!r}"
+            problem = f"pose in frame {frame!r}, not hardware.object_frame {self.cfg.object_frame!r}"
+            return unknown, received.received_at, problem
         try:
             position, quat = pose_tensors(received.msg, torch.float32)
         except ValueError as error:
             self.stats["bad_object_pose"] += 1
-            return unknown, str(error)
-        return (position.numpy(), quat.numpy()), None
+            return unknown, received.received_at, str(error)
+        return (position.numpy(), quat.numpy()), received.received_at, None
 
     def _stack_frames(self, obs: dict[str, np.ndarray], fresh: bool) -> dict[str, np.ndarray]:
         """Pixel entries as the last `frame_stack` frames on the channel axis; at an episode's start the first
@@ -854,15 +861,25 @@ class RobotEnv(gym.Env):
         action = np.clip(action, -1.0, 1.0)  # NaN stays NaN (the shield drops it)
         # The observation was fresh when it was taken; the action is only as fresh as that observation. One
         # computed after a stall (slow inference, a weight load, a paused process) is not sent either.
-        obs_age = time.monotonic() - self._obs_state.received_at
-        late = self._obs_fresh and obs_age > self.cfg.max_state_age + 1.0 / self.cfg.policy_rate_hz
+        now, period = time.monotonic(), 1.0 / self.cfg.policy_rate_hz
+        obs_age = now - self._obs_state.received_at
+        late = self._obs_fresh and obs_age > self.cfg.max_state_age + period
+        late_what = (
+            f"joint state {obs_age * 1e3:.1f} ms old (hardware.max_state_age {self.cfg.max_state_age * 1e3:.0f} ms"
+        )
+        if self._obs_fresh and not late and self._obs_object_received is not None:  # tracked objects age too
+            object_age = now - self._obs_object_received
+            late = object_age > self.cfg.max_object_age + period
+            late_what = (
+                f"object pose {object_age * 1e3:.1f} ms old (hardware.max_object_age "
+                f"{self.cfg.max_object_age * 1e3:.0f} ms"
+            )
         if late:
             self.stats["late_actions"] += 1
             info["late_action"] = 1
             if self.cfg.on_stale == "raise":
                 raise StaleObservationError(
-                    f"the action was computed from an observation {obs_age * 1e3:.1f} ms old (hardware.max_state_age "
-                    f"{self.cfg.max_state_age * 1e3:.0f} ms + one policy period)"
+                    f"the action was computed from an observation whose {late_what} + one policy period)"
                 )
         if self._obs_fresh and not late:
             target = self._joint_targets(action, self._obs_state.position.numpy())

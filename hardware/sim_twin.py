@@ -95,7 +95,8 @@ class SimTwinConfig:
     # object_topic, frame_id = frame_id), e.g. objects=[puck] with model=<robotrl>/tasks/assets/panda_push.xml
     objects: list[str] = field(default_factory=list)
     object_topic: str = "/objects/{name}/pose"
-    object_rate_hz: float = 100.0
+    object_frame: str = ""  # the poses' header.frame_id (the model's world: the robot's base)
+    object_rate_hz: float = 100.0  # applied as a whole number of control periods per pose
     report_interval: float = 10.0  # seconds between status lines in the log; 0: none
     realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
 
@@ -472,7 +473,7 @@ class SimTwin:
 
         stamp = time_msg(time.time())
         for name, body in self._object_bodies.items():
-            msg = pose_msg(self.data.xpos[body], self.data.xquat[body], stamp, self.cfg.frame_id)
+            msg = pose_msg(self.data.xpos[body], self.data.xquat[body], stamp, self.cfg.object_frame)
             self._object_pubs[name].publish(msg)
             self.object_poses += 1
 

@@ -240,7 +240,9 @@ def test_a_push_policy_deploys_with_the_puck_tracked_and_its_goal_given(tmp_path
     (tmp_path / "run").mkdir()
     run_dir = _untrained_run(tmp_path / "run", ["task=panda_push", "agent.actor_hidden=[32,32]"])
     _, _, obs_spec, action_dim, facts = load_policy(run_dir)
-    hardware = RobotEnvConfig(domain_id=212, control_rate_hz=RATE)
+    # in this process beside the twin: the watchdog gets five periods, as tests/test_robot_env.py explains
+    shield = {"hold_after": 5 / RATE, "workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
+    hardware = RobotEnvConfig(domain_id=212, control_rate_hz=RATE, shield=shield)
     hint = (
         r"observes \['goal', 'puck_pos', 'puck_to_goal', 'to_puck'\], which the robot does not measure: "
         r"track \['puck'\] with hardware\.objects=\[puck\] \(a geometry_msgs/PoseStamped each, in the arm's base "

@@ -651,6 +651,13 @@ def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
                 np.testing.assert_allclose(env.setpoint, height, atol=1e-3)
             assert env.stats["bad_object_pose"] >= 3
             observed_after("fresh", [0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0])
+            # an action computed from that observation is late once its pose is older than max_object_age and
+            # a policy period, whatever the joint state's age (here: as if the pose had arrived 1 s earlier)
+            env._obs_object_received -= 1.0
+            height = env.setpoint.copy()
+            _, _, _, _, info = env.step(np.array([0.0, 0.0, 1.0], np.float32))
+            assert info["late_action"] == 1 and info["skipped_stale"] == 1
+            np.testing.assert_allclose(env.setpoint, height, atol=1e-3)
             time.sleep(0.4)  # the tracker goes quiet: older than max_object_age
             assert "object cube pose" in env._observe()[1]["stale_reason"]
         finally:

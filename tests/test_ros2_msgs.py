@@ -290,12 +290,16 @@ def test_time_msg():
 
 
 def test_a_pose_becomes_position_and_a_w_first_unit_quaternion_or_is_refused():
-    half_turn = math.sqrt(0.5)
-    msg = tensors.pose_msg([0.1, -0.2, 0.3], [-half_turn, 0.0, 0.0, -half_turn], frame_id="base")
-    assert (msg.pose.orientation.w, msg.pose.orientation.z) == (-half_turn, -half_turn)  # ROS's fields, as given
+    w, x, y, z = 0.5, -0.5, 0.5, 0.5  # four different components: a swapped field cannot pass
+    msg = tensors.pose_msg([0.1, -0.2, 0.3], [w, x, y, z], frame_id="base")
+    o = msg.pose.orientation
+    assert (o.x, o.y, o.z, o.w) == (x, y, z, w) and msg.header.frame_id == "base"  # ROS's fields
     position, quat = tensors.pose_tensors(msg)
     assert position.tolist() == [0.1, -0.2, 0.3] and position.dtype == torch.float64
-    torch.testing.assert_close(quat, torch.tensor([half_turn, 0.0, 0.0, half_turn], dtype=torch.float64))
+    assert quat.tolist() == [w, x, y, z]
+    # a tracker's -q (the same rotation) comes out w-first with w >= 0
+    _, quat = tensors.pose_tensors(tensors.pose_msg([0, 0, 0], [-w, -x, -y, -z]))
+    assert quat.tolist() == [w, x, y, z]
     # a tracker's rounding (norm 1.005) is normalised; further off it is no rotation
     _, quat = tensors.pose_tensors(tensors.pose_msg([0, 0, 0], [1.005, 0, 0, 0]))
     assert quat.tolist() == [1.0, 0.0, 0.0, 0.0]
