@@ -215,3 +215,26 @@ class FrameReplay(ReplayBuffer):
             self.frames[key][:, : saved.shape[1]].copy_(saved)
         # a resumed run restarts every env from a reset: the next add stores a new episode's first frame
         self.episode_open.zero_()
+
+
+def replay_buffer_for(
+    obs_spec: ObsSpec,
+    action_dim: int,
+    capacity: int,
+    num_envs: int,
+    frame_stack: int,
+    n_step: int,
+    gamma: float,
+    device: torch.device | str,
+    hindsight=None,
+) -> ReplayBuffer:
+    """The buffer for `obs_spec`, as the training loop and the learner's streams both build theirs: a
+    FrameReplay (each frame stored once) for pixel observations, else a ReplayBuffer; relabelling goals with
+    `hindsight` (data/hindsight.py) when given."""
+    common = {"n_step": n_step, "gamma": gamma, "device": device}
+    if pixel_keys(obs_spec):
+        buffer = FrameReplay(obs_spec, action_dim, capacity, num_envs, frame_stack, **common)
+    else:
+        buffer = ReplayBuffer(obs_spec, action_dim, capacity, num_envs, **common)
+    buffer.hindsight = hindsight
+    return buffer

@@ -16,7 +16,7 @@ import torch
 
 from robotrl.agents import make_agent
 from robotrl.config import TrainConfig
-from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.frame_replay import replay_buffer_for
 from robotrl.data.hindsight import Hindsight
 from robotrl.data.mixer import MixedReplay, RatioSchedule, sample_offline
 from robotrl.data.replay import ReplayBuffer
@@ -106,12 +106,11 @@ def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> Rep
     ReplayBuffer; with demonstrations or an operator, that buffer online mixed with an offline one."""
     check_replay_fits(cfg, env, n_step, device)
     hindsight = make_hindsight(cfg, env)
-    online = _buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, device)
-    online.hindsight = hindsight
+    online = _buffer(cfg, env, cfg.replay_capacity, cfg.num_envs, n_step, device, hindsight)
     if not cfg.hil.mixes_offline:
         return online
-    offline = _buffer(cfg, env, cfg.hil.offline_capacity, 1, n_step, device)
-    offline.hindsight = hindsight  # demonstrations and corrections are relabelled alike
+    # demonstrations and corrections are relabelled alike
+    offline = _buffer(cfg, env, cfg.hil.offline_capacity, 1, n_step, device, hindsight)
     hil = cfg.hil
     return MixedReplay(
         online, offline, RatioSchedule(hil.offline_ratio, hil.offline_ratio_final, hil.offline_ratio_steps)
@@ -184,11 +183,18 @@ def check_replay_fits(cfg: TrainConfig, env, n_step: int, device: torch.device) 
     check_fits("the replay", sizes, device, advice)
 
 
-def _buffer(cfg: TrainConfig, env, capacity: int, num_envs: int, n_step: int, device: torch.device) -> ReplayBuffer:
-    common = {"n_step": n_step, "gamma": cfg.agent.gamma, "device": device}
-    if pixel_keys(env.obs_spec):
-        return FrameReplay(env.obs_spec, env.action_dim, capacity, num_envs, frame_stack_of(env), **common)
-    return ReplayBuffer(env.obs_spec, env.action_dim, capacity, num_envs, **common)
+def _buffer(cfg: TrainConfig, env, capacity: int, num_envs: int, n_step: int, device, hindsight=None) -> ReplayBuffer:
+    return replay_buffer_for(
+        env.obs_spec,
+        env.action_dim,
+        capacity,
+        num_envs,
+        frame_stack_of(env),
+        n_step,
+        cfg.agent.gamma,
+        device,
+        hindsight,
+    )
 
 
 def frame_stack_of(env) -> int:

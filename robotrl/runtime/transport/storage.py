@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import torch
 
 from robotrl.data import mixer
-from robotrl.data.frame_replay import FrameReplay
+from robotrl.data.frame_replay import FrameReplay, replay_buffer_for
 from robotrl.data.hindsight import Hindsight
 from robotrl.data.mixer import InterventionSegments, RatioSchedule
 from robotrl.data.replay import Batch, ReplayBuffer
-from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
+from robotrl.data.spec import ObsSpec, check_obs
 
 Tensors = dict[str, torch.Tensor]
 STREAM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -55,13 +55,9 @@ def replay_factory(
     with `hindsight` when given."""
 
     def make(num_envs: int) -> ReplayBuffer:
-        common = {"n_step": n_step, "gamma": gamma, "device": device}
-        if pixel_keys(obs_spec):
-            buffer = FrameReplay(obs_spec, action_dim, capacity, num_envs, frame_stack, **common)
-        else:
-            buffer = ReplayBuffer(obs_spec, action_dim, capacity, num_envs, **common)
-        buffer.hindsight = hindsight
-        return buffer
+        return replay_buffer_for(
+            obs_spec, action_dim, capacity, num_envs, frame_stack, n_step, gamma, device, hindsight
+        )
 
     return make
 
