@@ -431,6 +431,7 @@ class RobotEnv(gym.Env):
         self._obs_state: _State | None = None  # the state the last observation was built from
         self._obs_fresh = False
         self._obs_object_received: float | None = None
+        self._last_poses: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each object's last good pose
         self._last_target = np.zeros(self.n)
         self._target_quat = np.array([1.0, 0.0, 0.0, 0.0])
         self._t = 0
@@ -612,10 +613,13 @@ class RobotEnv(gym.Env):
         self._obs_object_received = None  # the oldest tracked pose this observation holds
         for name, sub in self._object_poses.items():
             pose, received_at, problem = self._object_pose(sub)
-            if problem:
+            if problem:  # stale: the last good pose (as a stale joint state is the last state), never made up
                 stale.append(f"object {name} {problem}")
-            elif self._obs_object_received is None or received_at < self._obs_object_received:
-                self._obs_object_received = received_at
+                pose = self._last_poses.get(name, pose)
+            else:
+                self._last_poses[name] = pose
+                if self._obs_object_received is None or received_at < self._obs_object_received:
+                    self._obs_object_received = received_at
             poses[name] = pose
         for key, (name, what) in self._object_entries.items():
             position, quat = poses[name]

@@ -130,10 +130,11 @@ class RobotVecEnv:
         obs, _, terminated, truncated, info = self.env.step(action[0].numpy())
         next_obs = self._tensors(obs)
         reward, success = self._score(obs, next_obs)
-        terminated = terminated or (success and self.reward_cfg.terminate_on_success)
         if info.get("stale_observation") or info.get("late_action"):
             self.stale_episodes += 1
             truncated = True
+            success = False  # not on old evidence (a tracker that lost the puck): the episode is cut, not won
+        terminated = terminated or (success and self.reward_cfg.terminate_on_success)
         done = terminated or truncated
         return StepResult(
             obs=self.reset() if done else next_obs,
@@ -204,9 +205,11 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
     from robotrl.hardware.deploy import make_robot_env, task_facts
 
     robot.validate()
+    facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
     kind = robot.reward
-    if kind == "auto":
-        kind = "classifier" if classifier else "task" if task_cfg.name in TRACKED_OBJECT_TASKS else "goal_distance"
+    if kind == "auto":  # the task's own reward where the policy observes what it reads (not from pixels)
+        scorable = TRACKED_OBJECT_TASKS.get(task_cfg.name) in obs_spec and facts["goal_spec"] is not None
+        kind = "classifier" if classifier else "task" if scorable else "goal_distance"
     if kind == "classifier" and not classifier:
         raise ValueError("robot.reward=classifier needs hil.reward_classifier=<robotrl-train-classifier output dir>")
     relative = GOAL_DISTANCE_TASKS.get(task_cfg.name)
@@ -217,7 +220,6 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
             f"{sorted(GOAL_DISTANCE_TASKS)}, the task's own reward from tracked objects (hardware.objects) "
             f"{sorted(TRACKED_OBJECT_TASKS)}"
         )
-    facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
     if kind == "goal_distance" and relative not in obs_spec:
         raise ValueError(
             f"the goal-distance reward reads {relative!r}, which this policy does not observe "
@@ -246,7 +248,8 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
         goal_key=TRACKED_OBJECT_TASKS.get(task_cfg.name, "goal"),
         dense=getattr(task_cfg, "reward", "dense") == "dense",
         success_threshold=float(getattr(task_cfg, "success_threshold", 0.05)),
-        terminate_on_success=bool(getattr(task_cfg, "terminate_on_success", False)),
+        # with a classifier, its verdict ends episodes (hil/reward_classifier.py), not the task's rule
+        terminate_on_success=bool(getattr(task_cfg, "terminate_on_success", False)) and kind != "classifier",
         goal_range={k: v for k, v in goal_range.items() if k not in robot.goal},
     )
     try:

@@ -90,6 +90,9 @@ def test_tasks_a_robot_cannot_score_need_the_reward_classifier_by_name():
     pick = ArmTaskConfig(name="panda_pick_cube")
     with pytest.raises(ValueError, match=r"task 'panda_pick_cube' is scored by object state .* hil\.reward_classifier"):
         make_robot_vec_env(pick, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
+    pixel_push = ArmTaskConfig(name="panda_push", obs="pixels")  # its own reward reads the puck: not from pixels
+    with pytest.raises(ValueError, match=r"task 'panda_push' is scored by object state .* hil\.reward_classifier"):
+        make_robot_vec_env(pixel_push, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
     with pytest.raises(ValueError, match=r"robot\.reward=classifier needs hil\.reward_classifier"):
         make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(reward="classifier"), classifier=False)
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
@@ -132,6 +135,11 @@ def test_push_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_tracked_puc
                 reach, to_goal = 1 - math.tanh(10 * float((puck - ee).norm())), 1 - math.tanh(5 * distance)
                 expected = (0.2 * reach + to_goal + float(succeeds)) / 2.2
                 assert math.isclose(float(result.reward), expected, rel_tol=1e-4, abs_tol=1e-5)
+                if succeeds:  # the tracker's poses now count as old: the episode is cut, not won on the last pose
+                    env.env.cfg.max_object_age = 1e-6
+                    result = env.step(torch.zeros(1, env.action_dim))
+                    assert bool(result.truncated) and not bool(result.success) and not bool(result.terminated)
+                    torch.testing.assert_close(result.next_obs["puck_pos"][0], obs["puck_pos"][0], atol=2e-3, rtol=0)
             finally:
                 env.close()
 
