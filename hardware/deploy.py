@@ -148,6 +148,10 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
             "max_joint_step": task.cfg.max_joint_step,
             "relative_frame": bool(task.controller.relative_frame),
             "gripper_action": bool(task.has_gripper),
+            # a task that never commands its gripper keeps it shut (the actuator's target stays 0: closed)
+            "gripper_hold": (
+                float(task.robot.gripper.closed) if task.robot.gripper is not None and not task.has_gripper else None
+            ),
             "episode_steps": task.episode_steps,
             "robot": task.robot.name,
             "cameras": [k.removeprefix("pixels_") for k in env.obs_spec if k.startswith("pixels_")],
@@ -195,6 +199,7 @@ def make_robot_env(
         max_joint_step=facts["max_joint_step"],
         relative_frame=facts.get("relative_frame", False),
         gripper_action=facts["gripper_action"],
+        gripper_hold=facts.get("gripper_hold"),
         gripper_obs="gripper" in obs_spec,
         goal=goal,
         relative_goal=relative,

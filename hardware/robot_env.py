@@ -305,6 +305,7 @@ class RobotEnv(gym.Env):
         observe: list[str] | None = None,
         bridge: Any | None = None,
         relative_frame: bool = False,
+        gripper_hold: float | None = None,
     ):
         cfg.validate()
         if not (isinstance(frame_stack, int) and frame_stack >= 1):
@@ -327,6 +328,11 @@ class RobotEnv(gym.Env):
         self.relative_frame = relative_frame
         self._action_frame = np.eye(3)
         self.gripper_action, self.gripper_obs = gripper_action, gripper_obs
+        if gripper_hold is not None and (gripper_action or not math.isfinite(gripper_hold)):
+            raise ValueError(f"gripper_hold is for policies that do not move the gripper, got {gripper_hold!r}")
+        # where the policy does not move the gripper, the fingers stay where the simulated task keeps them
+        # (its gripper actuator never commanded: shut); None: opened at each reset, as for a gripper policy
+        self.gripper_hold = gripper_hold
         self.goal = {k: np.asarray(v, dtype=np.float32) for k, v in (goal or {}).items()}
         for key, value in self.goal.items():
             if value.shape != (3,) and key in (relative_goal or {}).values():
@@ -754,7 +760,8 @@ class RobotEnv(gym.Env):
         period = 1.0 / cfg.policy_rate_hz
         deadline = time.monotonic() + cfg.reset_timeout
         while True:
-            self._post(home, self.spec.gripper.open if self._gripper_pub is not None else None)
+            fingers = self.spec.gripper.open if self.gripper_hold is None else self.gripper_hold
+            self._post(home, fingers if self._gripper_pub is not None else None)
             time.sleep(period)
             state = self._locked_state()
             error = np.abs(state.position.numpy() - home)

@@ -271,11 +271,14 @@ def test_a_push_policy_deploys_with_the_puck_tracked_and_its_goal_given(tmp_path
             record=str(bag),
         )
         summary = run(cfg)
+        fingers = twin.data.qpos[twin._qpos[len(twin.joint_names) :]].copy()
     finally:
         twin.stop()
         thread.join(timeout=5)
         twin.close()
     assert summary["steps"] == 20 and summary["policy_errors"] == 0
+    # push never commands its gripper: the fingers stay shut as in simulation (the reset used to open them)
+    assert facts["gripper_hold"] == SPEC.gripper.closed and (fingers < 0.005).all(), fingers
     assert summary.get("stale_observations", 0) == 0 and summary.get("bad_object_pose", 0) == 0
     poses = []
     with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as reader:
