@@ -2,7 +2,7 @@
 thread, real DDS on loopback) through the robot env and the shield, and streams to a robotrl-learner process
 over real gRPC. The robot's episodes are scored as the simulated task scores them where the robot env knows
 everything the reward needs (panda_reach; panda_push with the puck tracked), and refused by name where it does
-not. Domain ids 193-195, 214."""
+not. Domain ids 193-195, 214, 215."""
 
 import math
 import threading
@@ -142,6 +142,38 @@ def test_push_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_tracked_puc
                     torch.testing.assert_close(result.next_obs["puck_pos"][0], obs["puck_pos"][0], atol=2e-3, rtol=0)
             finally:
                 env.close()
+
+
+def test_the_push_expert_pushes_the_tracked_puck_to_its_goal_on_the_twin():
+    """panda_push's scripted expert, fed only the robot's observation (the puck as its tracker reports it),
+    through the robot env and the shield with the fingers held shut: the twin's puck reaches the goal, and
+    the task's own reward says so. Closes the loop over tracked objects, gripper hold and the task's reward."""
+    import types
+
+    from robotrl.tasks.panda_push import PandaPush
+
+    push = ArmTaskConfig(name="panda_push")
+    with TwinThread(215, model=str(ASSETS / "panda_push.xml"), objects=["puck"]):
+        tracked = hardware(215)
+        tracked.objects = ["puck"]
+        tracked.shield = {**tracked.shield, "workspace_min": [0.1, -0.6, 0.0]}  # push works at the table
+        goal = [0.62, 0.05]  # 13 cm from the scene's puck, at an angle
+        env = make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(goal={"goal": goal}), False)
+        try:
+            obs = env.reset(seed=0)
+            start = obs["puck_pos"][0].clone()
+            expert = types.SimpleNamespace(cfg=push, goal=torch.tensor([goal]))  # what expert_motion reads
+            for _ in range(push.episode_steps or 100):
+                expert.puck_pos, expert.ee_pos = (lambda o=obs: o["puck_pos"]), (lambda o=obs: o["ee_pos"])
+                result = env.step(env.world_to_action(PandaPush.expert_motion(expert)))
+                if result.success.any() or result.truncated.any():
+                    break
+                obs = result.obs
+            assert bool(result.success), f"puck at {result.next_obs['puck_pos'][0].tolist()}, goal {goal}"
+            assert float((result.next_obs["puck_pos"][0, :2] - start[:2]).norm()) > 0.08  # it was pushed there
+            assert env.stale_episodes == 0
+        finally:
+            env.close()
 
 
 def test_an_actor_on_the_twin_streams_scored_transitions_to_a_learner_and_takes_its_weights(tmp_path):
