@@ -129,6 +129,9 @@ class RobotEnvConfig:
     object_topic: str = "/objects/{name}/pose"
     object_frame: str = ""  # a pose whose header.frame_id is not this is refused; "": any frame
     max_object_age: float = 0.1  # s: a pose older than this is stale
+    # s: a pose whose header.stamp is further than this behind this machine's clock is stale too (a relay that
+    # republishes an old pose arrives fresh); needs the clocks synchronised (chrony, PTP). 0: not checked
+    max_object_stamp_age: float = 0.0
     connect_timeout: float = 10.0  # s to wait for the first joint state
     reset_tolerance: float = 0.02  # rad: home reached when every joint is this close...
     reset_velocity: float = 0.05  # rad/s: ...and this slow
@@ -164,6 +167,11 @@ class RobotEnvConfig:
             raise ValueError("hardware.controller must name the joint position controller")
         if "control_period" in self.shield:
             raise ValueError("hardware.shield.control_period is set from hardware.control_rate_hz; remove it")
+        if not (math.isfinite(self.max_object_stamp_age) and self.max_object_stamp_age >= 0):
+            raise ValueError(
+                "hardware.max_object_stamp_age must be >= 0 seconds (0: not checked), got "
+                f"{self.max_object_stamp_age!r}"
+            )
         for name in ("reset_tolerance", "reset_velocity", "reset_timeout", "close_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"hardware.{name} must be > 0, got {getattr(self, name)!r}")
@@ -671,6 +679,12 @@ class RobotEnv(gym.Env):
         age = received.age()
         if age > self.cfg.max_object_age:
             return unknown, received.received_at, f"pose {age * 1e3:.0f} ms old"
+        if self.cfg.max_object_stamp_age:
+            from robotrl.hardware.ros2.tensors import time_seconds
+
+            behind = time.time() - time_seconds(received.msg.header.stamp)
+            if behind > self.cfg.max_object_stamp_age:
+                return unknown, received.received_at, f"pose stamped {behind * 1e3:.0f} ms before now"
         frame = received.msg.header.frame_id
         if self.cfg.object_frame and frame != self.cfg.object_frame:
             self.stats["bad_object_pose"] += 1

@@ -30,7 +30,7 @@ from robotrl.hardware.robot_env import (
 from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import DEFAULT, LATCHED, make_bridge
 from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, PoseStamped
-from robotrl.hardware.ros2.tensors import pose_msg
+from robotrl.hardware.ros2.tensors import pose_msg, time_msg
 from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
 
 RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
@@ -350,6 +350,8 @@ def test_config_errors_name_the_key():
         RobotEnvConfig(objects=["puck", "puck"]).validate()
     with pytest.raises(ValueError, match=r"hardware\.object_topic '/mocap/\{body\}' may hold only the placeholder"):
         RobotEnvConfig(objects=["puck"], object_topic="/mocap/{body}").validate()
+    with pytest.raises(ValueError, match=r"hardware\.max_object_stamp_age must be >= 0 seconds"):
+        RobotEnvConfig(max_object_stamp_age=-1.0).validate()
     with pytest.raises(ValueError, match=r"hardware\.max_object_age must be a finite number > 0, got 0"):
         RobotEnvConfig(max_object_age=0).validate()
     with pytest.raises(ValueError, match=r"object_rate_hz must be in \(0, rate_hz=250\], got 500"):
@@ -612,17 +614,18 @@ def test_a_tracked_pucks_pose_gives_the_push_entries_and_closes_the_loop():
 
 def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
     keys = ["arm_qpos", "arm_qvel", "ee_pos", "cube_pos", "cube_quat", "to_cube"]
-    cfg = {"objects": ["cube"], "object_frame": "panda_link0", "max_object_age": 0.3}
+    cfg = {"objects": ["cube"], "object_frame": "panda_link0", "max_object_age": 0.3, "max_object_stamp_age": 1.0}
     with twin_running(211):
         env = _env(211, control="ee_delta", observe=keys, cfg=cfg)
         tracker = make_bridge("dds", domain_id=211, loopback=True)
         publisher = tracker.publisher("/objects/cube/pose", PoseStamped, "sensor_data")
 
-        def observed_after(expected: str, position, quat_wxyz, frame="panda_link0") -> None:
+        def observed_after(expected: str, position, quat_wxyz, frame="panda_link0", stamped_ago=0.0) -> None:
             """Publish the pose until the env's observation says `expected` ("fresh": not stale)."""
 
             def seen() -> bool:
-                publisher.publish(pose_msg(position, quat_wxyz, frame_id=frame))
+                stamp = time_msg(time.time() - stamped_ago)
+                publisher.publish(pose_msg(position, quat_wxyz, stamp, frame_id=frame))
                 return expected in env._observe()[1].get("stale_reason", "fresh")
 
             assert wait_until(seen, timeout=5.0), env._observe()[1]
@@ -640,6 +643,7 @@ def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
                 (([math.nan, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0]), "non-finite"),
                 (([0.5, 0.1, 0.03], [0.0, 0.0, 0.0, 0.0]), "not a unit quaternion"),
                 (([0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0], "world"), "not hardware.object_frame 'panda_link0'"),
+                (([0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0], "panda_link0", 3.0), "pose stamped 3"),  # relayed, old
             ]
             for args, expected in bad:
                 observed_after(expected, *args)
