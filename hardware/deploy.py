@@ -33,9 +33,10 @@ from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, object_entries,
 
 log = logging.getLogger(__name__)
 
-# Observation entries that are a goal minus the tool point, by the goal they are relative to. (peg_insert's
-# tip_to_hole is the hole minus the peg's tip, which a robot does not measure: it is not one of these.)
+# Observation entries that are a goal minus the tool point, by the goal they are relative to.
 KNOWN_RELATIVE = {"to_target": "target"}
+# Entries that are a goal minus a point held by the tool (facts["held"]): entry -> (goal, held point).
+HELD_RELATIVE = {"tip_to_hole": ("hole", "peg_tip")}
 # Entries the simulated tasks hold fixed through an episode (a goal), so a fixed value on a robot is right.
 TASK_GOALS = ("target", "hole", "goal")
 
@@ -158,10 +159,20 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
             "image_size": train_cfg.task.image_size,
             # how the task's reward and success follow from an observation (None: not goal-conditioned)
             "goal_spec": task.goal_spec() if hasattr(task, "goal_spec") else None,
+            # points fixed to the tool, as offsets in its frame measured in the scene (peg_insert's peg tip)
+            "held": _held_offsets(env, task),
         }
         return facts, dict(env.obs_spec), env.action_dim
     finally:
         env.close()
+
+
+def _held_offsets(env, task) -> dict[str, list[float]]:
+    """The task's held sites in the tool point's frame, measured after a reset has put the scene in place."""
+    if not getattr(task, "held_sites", ()):
+        return {}
+    env.reset(seed=0)
+    return {site: [round(float(v), 6) for v in offset[0]] for site, offset in task.held_offsets().items()}
 
 
 def make_robot_env(
@@ -188,7 +199,13 @@ def make_robot_env(
     by_objects = object_entries(hw.objects, {k: (len(v),) for k, v in goal.items()})
     object_goals = {what for key, (_, what) in by_objects.items() if key in obs_spec and what in goal}
     unused_goals = set(goal) - set(obs_spec) - {base for key, base in relative.items() if key in obs_spec}
-    unused_goals -= object_goals
+    held = {k: v for k, v in facts.get("held", {}).items() if k in obs_spec}
+    held_relative = {
+        key: list(pair)
+        for key, pair in HELD_RELATIVE.items()
+        if key in obs_spec and pair[0] in goal and pair[1] in held
+    }
+    unused_goals -= object_goals | {goal_name for goal_name, _ in held_relative.values()}
     extra = sorted(unused_goals | (set(relative) - set(obs_spec)))
     if extra:
         raise ValueError(f"the policy does not observe {extra}; remove them from {goal_option}")
@@ -200,6 +217,8 @@ def make_robot_env(
         relative_frame=facts.get("relative_frame", False),
         gripper_action=facts["gripper_action"],
         gripper_hold=facts.get("gripper_hold"),
+        held=held,
+        held_relative=held_relative,
         gripper_obs="gripper" in obs_spec,
         goal=goal,
         relative_goal=relative,
@@ -229,7 +248,7 @@ def make_robot_env(
 def _object_named(key: str) -> str | None:
     """The tracked object an entry a simulated task names after it reads (cube_pos, cube_quat, to_cube,
     puck_to_goal), or None."""
-    if key in KNOWN_RELATIVE:
+    if key in KNOWN_RELATIVE or key in HELD_RELATIVE:
         return None
     for pattern in (r"(\w+)_(?:pos|quat)", r"to_(\w+)", r"(\w+?)_to_\w+"):
         match = re.fullmatch(pattern, key)
@@ -247,8 +266,9 @@ def _how_to_give(missing: list[str], obs_spec: dict, hw: RobotEnvConfig, goal: d
     unmeasured: list[str] = []
     for key in missing:
         name = _object_named(key)
-        if key in KNOWN_RELATIVE:
-            fixed[KNOWN_RELATIVE[key]] = obs_spec[key].shape[0]
+        if key in KNOWN_RELATIVE or key in HELD_RELATIVE:
+            base = KNOWN_RELATIVE[key] if key in KNOWN_RELATIVE else HELD_RELATIVE[key][0]
+            fixed[base] = obs_spec[key].shape[0]
         elif key in TASK_GOALS:
             fixed[key] = obs_spec[key].shape[0]
         elif name is None:

@@ -314,6 +314,8 @@ class RobotEnv(gym.Env):
         bridge: Any | None = None,
         relative_frame: bool = False,
         gripper_hold: float | None = None,
+        held: dict[str, list[float]] | None = None,
+        held_relative: dict[str, list[str]] | None = None,
     ):
         cfg.validate()
         if not (isinstance(frame_stack, int) and frame_stack >= 1):
@@ -349,6 +351,21 @@ class RobotEnv(gym.Env):
         missing = sorted(set(self.relative_goal.values()) - set(self.goal))
         if missing:
             raise ValueError(f"relative_goal refers to goals {missing} that goal does not give")
+        # points fixed to the tool (a held peg's tip): entry -> offset in the tool point's frame; and entries that
+        # are a goal minus such a point (peg_insert's tip_to_hole): entry -> [goal, point]
+        self.held = {k: np.asarray(v, dtype=np.float64) for k, v in (held or {}).items()}
+        bad = {k: v.tolist() for k, v in self.held.items() if v.shape != (3,) or not np.isfinite(v).all()}
+        if bad:
+            raise ValueError(f"held points need 3 finite offsets (metres, in the tool frame), got {bad}")
+        self.held_relative = {k: tuple(v) for k, v in (held_relative or {}).items()}
+        for key, pair in self.held_relative.items():
+            if len(pair) != 2 or pair[0] not in self.goal or pair[1] not in self.held:
+                raise ValueError(
+                    f"held_relative.{key} must be [goal, held point] among goals {sorted(self.goal)} and held "
+                    f"points {sorted(self.held)}, got {list(pair)}"
+                )
+            if self.goal[pair[0]].shape != (3,):
+                raise ValueError(f"goal {pair[0]!r} must have 3 values to be relative to {pair[1]!r}")
         self.episode_steps = episode_steps
         self.n = len(self.spec.joints)
         self.joint_names = list(self.spec.joints)
@@ -370,6 +387,10 @@ class RobotEnv(gym.Env):
         for key, value in self.goal.items():
             spaces[key] = gym.spaces.Box(-np.inf, np.inf, value.shape, np.float32)
         for key in self.relative_goal:
+            spaces[key] = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        for key in (*self.held, *self.held_relative):
+            if key in spaces:
+                raise ValueError(f"observation entry {key!r} is given twice (a held point and another entry)")
             spaces[key] = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
         # entry -> (object, what): the entries a measured object pose gives (hardware.objects)
         self._object_entries = object_entries(cfg.objects, {k: v.shape for k, v in self.goal.items()})
@@ -610,7 +631,7 @@ class RobotEnv(gym.Env):
         self.ages.append(age)
         stale = [f"joint_states {age * 1e3:.1f} ms old"] if age > self.cfg.max_state_age else []
         q = state.position.numpy()
-        ee, _, _ = self.kinematics.pose(q)
+        ee, ee_quat, _ = self.kinematics.pose(q)
         obs: dict[str, np.ndarray] = {
             "arm_qpos": q.astype(np.float32),
             "arm_qvel": (state.velocity.numpy() if state.velocity is not None else np.zeros(self.n)).astype(np.float32),
@@ -623,6 +644,13 @@ class RobotEnv(gym.Env):
             obs[key] = value.copy()
         for key, goal in self.relative_goal.items():
             obs[key] = (self.goal[goal] - ee).astype(np.float32)
+        if self.held:
+            tool = _rotation_matrix(ee_quat)
+            held = {key: ee + tool @ offset for key, offset in self.held.items()}
+            for key, point in held.items():
+                obs[key] = point.astype(np.float32)
+            for key, (goal, point) in self.held_relative.items():
+                obs[key] = (self.goal[goal] - held[point]).astype(np.float32)
         poses = {}
         self._obs_object_received = None  # the oldest tracked pose this observation holds
         for name, sub in self._object_poses.items():

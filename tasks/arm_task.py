@@ -17,6 +17,7 @@ from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.tasks.backend import SimBackend
 from robotrl.tasks.configs import BACKENDS, ArmTaskConfig
 from robotrl.tasks.controllers import ArmController
+from robotrl.tasks.rotations import quat_to_matrix
 
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs, StepResult, check_action
@@ -51,6 +52,9 @@ class ArmTask(ABC):
     default_control = "ee_delta"
     has_gripper = False  # tasks that use the gripper add one action: -1 fully open, +1 closed
     tool_orientation: torch.Tensor | None = None  # world quaternion to hold; None: the episode's start one
+    # sites fixed to the tool (a peg held in the hand): their observation entries follow the tool rigidly, so a
+    # robot computes them by forward kinematics (hardware/deploy.py: task_facts measures the offsets)
+    held_sites: tuple[str, ...] = ()
 
     def __init__(self, cfg: ArmTaskConfig, num_envs: int):
         if cfg.reward not in ("dense", "sparse"):
@@ -139,6 +143,14 @@ class ArmTask(ABC):
 
     def ee_pos(self) -> torch.Tensor:
         return self.backend.site_pose(self.robot.end_effector_site)[0]
+
+    def held_offsets(self) -> dict[str, torch.Tensor]:
+        """Each held site's position in the tool point's frame [E, 3], as the scene holds it now."""
+        ee, quat = self.backend.site_pose(self.robot.end_effector_site)
+        rotation = quat_to_matrix(quat)
+        return {
+            site: torch.einsum("eji,ej->ei", rotation, self.backend.site_pose(site)[0] - ee) for site in self.held_sites
+        }
 
     def proprio_spec(self) -> dict[str, TensorSpec]:
         """The arm's own entries, shared by every arm task's observation."""

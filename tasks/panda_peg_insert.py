@@ -27,6 +27,7 @@ class PandaPegInsert(ArmTask):
     scene = "panda_peg_insert.xml"
     default_episode_steps = 100
     tool_orientation = TOOL_DOWN
+    held_sites = ("peg_tip",)
 
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)

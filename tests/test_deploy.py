@@ -2,7 +2,8 @@
 the real entry point (Hydra, a process of its own) against the simulated twin over DDS on loopback, with the
 session recorded to a rosbag2 MCAP bag that rosbags reads back; the e-stop as the robot env hears it, and a
 task's relative_frame carried to the robot env; a push policy deployed with the puck tracked on the twin.
-Domain ids 186-189, 208, 209, 212."""
+Domain ids 186-189, 208, 209, 212, 216; peg_insert's held peg tip by forward kinematics, inserting on the twin.
+"""
 
 import json
 import threading
@@ -288,3 +289,54 @@ def test_a_push_policy_deploys_with_the_puck_tracked_and_its_goal_given(tmp_path
                 poses.append(reader.deserialize(raw, connection.msgtype).pose.position)
     assert len(poses) == summary["record"]["messages"]["/objects/puck/pose"] > 20
     assert abs(poses[0].x - 0.5) < 0.01 and abs(poses[0].z - 0.02) < 0.005  # the scene's puck, where it starts
+
+
+def test_a_held_peg_tip_follows_the_tool_by_kinematics_and_the_peg_goes_in_on_the_twin():
+    """panda_peg_insert observes the tip of the peg in the hand, which no sensor reports: the robot env puts it
+    where the scene holds it (6 cm along the tool axis, measured in simulation) by forward kinematics. On the
+    twin running peg_insert's scene (peg welded to the hand, as in training) it matches the physics' tip, and
+    the task's scripted expert, fed the robot's observation alone, puts the peg into the hole."""
+    import types
+
+    import mujoco
+    from robotrl.tasks.configs import ArmTaskConfig
+    from robotrl.tasks.panda_peg_insert import HOLE_HALF_WIDTH, INSERT_DEPTH, PandaPegInsert
+
+    peg = ArmTaskConfig(name="panda_peg_insert")
+    facts, obs_spec, action_dim = task_facts(types.SimpleNamespace(task=peg, agent=types.SimpleNamespace()))
+    np.testing.assert_allclose(facts["held"]["peg_tip"], [0.0, 0.0, 0.06], atol=1e-4)
+    shield = {"hold_after": 5 / RATE, "workspace_min": [0.1, -0.6, 0.0], "workspace_max": [0.8, 0.6, 0.9]}
+    hardware = RobotEnvConfig(domain_id=216, control_rate_hz=RATE, shield=shield)
+    with pytest.raises(ValueError, match=r"observes \['hole', 'tip_to_hole'\].*give \+goal\.hole=\[x,y,z\]$"):
+        make_robot_env(hardware, obs_spec, action_dim, facts)
+    twin = SimTwin(
+        SimTwinConfig(rate_hz=RATE, domain_id=216, report_interval=0, model=str(ASSETS / "panda_peg_insert.xml"))
+    )
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    hole = [0.5, 0.0, 0.04]  # the scene's hole: its rim's centre
+    env = make_robot_env(hardware, obs_spec, action_dim, facts, {"hole": hole})
+    try:
+        env.reset()
+        tip_site = mujoco.mj_name2id(twin.model, mujoco.mjtObj.mjOBJ_SITE, "peg_tip")
+        time.sleep(0.3)  # at rest at home
+        obs, info = env._observe()
+        assert info["stale_observation"] == 0
+        np.testing.assert_allclose(obs["peg_tip"], twin.data.site_xpos[tip_site], atol=2e-3)
+        np.testing.assert_allclose(obs["tip_to_hole"], np.array(hole) - obs["peg_tip"], atol=1e-6)
+        expert = types.SimpleNamespace(
+            cfg=peg, hole=torch.tensor([hole]), _phase=torch.zeros(1, dtype=torch.long), tensor=torch.tensor
+        )
+        for _ in range(100):
+            expert.peg_tip = lambda o=obs: torch.as_tensor(o["peg_tip"]).unsqueeze(0)
+            obs, _, _, _, info = env.step(PandaPegInsert.expert_motion(expert)[0].numpy())
+            tip = twin.data.site_xpos[tip_site]
+            if hole[2] - tip[2] >= INSERT_DEPTH and np.linalg.norm(tip[:2] - hole[:2]) < HOLE_HALF_WIDTH:
+                break
+        assert hole[2] - tip[2] >= INSERT_DEPTH, f"the peg's tip stopped at {tip.tolist()}"
+        assert np.linalg.norm(tip[:2] - np.array(hole[:2])) < HOLE_HALF_WIDTH
+    finally:
+        env.close()
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
