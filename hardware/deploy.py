@@ -157,8 +157,9 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
             "robot": task.robot.name,
             "cameras": [k.removeprefix("pixels_") for k in env.obs_spec if k.startswith("pixels_")],
             "image_size": train_cfg.task.image_size,
-            # how the task's reward and success follow from an observation (None: not goal-conditioned)
-            "goal_spec": task.goal_spec() if hasattr(task, "goal_spec") else None,
+            # the task's reward and success from observation entries alone (None: it needs more, e.g. contacts)
+            "score": task.score if getattr(task, "score_reads", ()) else None,
+            "score_reads": list(getattr(task, "score_reads", ())),
             # points fixed to the tool, as offsets in its frame measured in the scene (peg_insert's peg tip)
             "held": _held_offsets(env, task),
         }

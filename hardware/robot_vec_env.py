@@ -5,11 +5,13 @@ through the shield; this adds what a learner needs and a robot does not measure 
 
 - **Reward and success.** Where the task's reward is a function of the tool point and a goal the robot env
   knows (panda_reach: `to_target = target - ee_pos`), it is computed exactly as the simulated task does:
-  `-distance` (dense) or `success - 1` (sparse), success within `success_threshold`. Where it is a function
-  of objects the robot env tracks (`hardware.objects`; panda_push: the puck, `reward=task`), the simulated
-  task's own reward and success (its `GoalSpec`) are applied to the robot's observation. Elsewhere the
-  object's state is not reported: there `reward=classifier`, and the learned reward classifier
-  (`hil.reward_classifier`, on camera frames, as HIL-SERL does) wraps this env and replaces both.
+  `-distance` (dense) or `success - 1` (sparse), success within `success_threshold`. `reward=task` (the
+  default wherever it applies) is the simulated task's own `score(obs)`, its reward and success computed
+  from observation entries alone (`score_reads`; tested equal to `evaluate` in simulation): reach, push with
+  its puck tracked (`hardware.objects`), peg_insert with the peg's tip from kinematics. Where the reward
+  needs state no observation holds (pick: the fingers' contacts), or the policy observes pixels, it is
+  `reward=classifier`: the learned reward classifier (`hil.reward_classifier`, on camera frames, as
+  HIL-SERL does) wraps this env and replaces both.
 - **A goal per episode**, drawn uniformly from `goal_range` (the box the simulated task samples from), so the
   policy keeps seeing the spread of goals it was trained on; the seed makes the sequence reproducible.
 - **Honest transitions.** An observation that arrives stale (the shield held; the action may not have run
@@ -20,6 +22,7 @@ through the shield; this adds what a learner needs and a robot does not measure 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,12 +35,8 @@ from robotrl.runtime.env import Obs, StepResult, check_action
 if TYPE_CHECKING:  # the robot env imports MuJoCo (forward kinematics); the configs here must not
     from robotrl.hardware.robot_env import RobotEnv
 
-    from robotrl.data.hindsight import GoalSpec
 
 REWARDS = ("goal_distance", "task", "classifier")
-# Tasks a robot scores with the task's own reward once it tracks their objects (hardware.objects): the
-# observation entry that holds the episode's goal. (Pick's reward needs the fingers' contacts with the cube.)
-TRACKED_OBJECT_TASKS = {"panda_push": "goal"}
 
 
 def goal_box(name: str, box) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +59,7 @@ class RobotRewardConfig:
 
     kind: str = "goal_distance"  # goal_distance | task | classifier (a learned classifier wraps the env)
     relative_goal: str = "to_target"  # the observation entry goal - ee_pos (goal_distance)
-    goal_key: str = "goal"  # task: the observation entry holding the episode's goal
+    reads: list[str] = field(default_factory=list)  # task: the observation entries its score reads
     dense: bool = True  # -distance; False: success - 1
     success_threshold: float = 0.05  # metres
     terminate_on_success: bool = False
@@ -78,11 +77,9 @@ class RobotRewardConfig:
                 )
             if not self.success_threshold > 0:
                 raise ValueError(f"success_threshold must be > 0, got {self.success_threshold}")
-        if self.kind == "task" and self.goal_key not in env.goal:
-            raise ValueError(
-                f"the task's reward reads its goal from {self.goal_key!r}, which this robot env does not hold "
-                f"(goals: {sorted(env.goal)}): give +robot.goal.{self.goal_key}=[...] or a robot.goal_range"
-            )
+        missing = sorted(set(self.reads) - set(env.observation_space.spaces)) if self.kind == "task" else []
+        if missing:
+            raise ValueError(f"the task's reward reads {missing}, which this robot env does not observe")
         for key, box in self.goal_range.items():
             if key not in env.goal:
                 raise ValueError(f"goal_range.{key}: the robot env has no goal {key!r} (goals: {sorted(env.goal)})")
@@ -98,12 +95,12 @@ class RobotVecEnv:
 
     num_envs = 1
 
-    def __init__(self, env: RobotEnv, reward: RobotRewardConfig, goal_spec: GoalSpec | None = None):
-        """`goal_spec`: the simulated task's reward and success as functions of an observation (reward=task)."""
+    def __init__(self, env: RobotEnv, reward: RobotRewardConfig, score: Callable | None = None):
+        """`score(obs) -> (reward, success)`: the simulated task's, from observation entries (reward=task)."""
         reward.validate(env)
-        if reward.kind == "task" and goal_spec is None:
-            raise ValueError("reward=task needs the task's GoalSpec (its reward and success given an observation)")
-        self.env, self.reward_cfg, self.goal_spec = env, reward, goal_spec
+        if reward.kind == "task" and score is None:
+            raise ValueError("reward=task needs the task's score (its reward and success given an observation)")
+        self.env, self.reward_cfg, self.score = env, reward, score
         self.name = f"robot:{env.cfg.robot}"
         self.action_dim, self.control = env.action_dim, env.control
         self.obs_spec = {
@@ -148,8 +145,8 @@ class RobotVecEnv:
     def _score(self, obs: dict[str, np.ndarray], tensors: Obs) -> tuple[float, bool]:
         cfg = self.reward_cfg
         if cfg.kind == "task":
-            goal = tensors[cfg.goal_key]
-            return float(self.goal_spec.reward(tensors, goal)[0]), bool(self.goal_spec.success(tensors, goal)[0])
+            reward, success = self.score(tensors)
+            return float(reward[0]), bool(success[0])
         if cfg.kind != "goal_distance":
             return 0.0, False  # the classifier wrapper scores this step
         distance = float(np.linalg.norm(obs[cfg.relative_goal]))
@@ -171,7 +168,7 @@ class RobotVecEnv:
 class ActorRobotConfig:
     """The actor's `robot.*`: the goals of a robot episode and how it is scored (`robotrl-actor hardware=...`)."""
 
-    # auto: classifier if hil.reward_classifier, else task for TRACKED_OBJECT_TASKS, else goal_distance
+    # auto: classifier if hil.reward_classifier, else task where the task scores from what the policy observes
     reward: str = "auto"  # auto | goal_distance | task | classifier
     goal: dict[str, list[float]] = field(default_factory=dict)  # fixed goals, e.g. +robot.goal.target=[0.5,0,0.3]
     goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # per-episode goals; {}: the task's box
@@ -206,19 +203,23 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
 
     robot.validate()
     facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
+    # the task's own reward where the policy observes every entry it reads (not a pixel policy)
+    scorable = facts["score"] is not None and set(facts["score_reads"]) <= set(obs_spec)
     kind = robot.reward
-    if kind == "auto":  # the task's own reward where the policy observes what it reads (not from pixels)
-        scorable = TRACKED_OBJECT_TASKS.get(task_cfg.name) in obs_spec and facts["goal_spec"] is not None
+    if kind == "auto":
         kind = "classifier" if classifier else "task" if scorable else "goal_distance"
     if kind == "classifier" and not classifier:
         raise ValueError("robot.reward=classifier needs hil.reward_classifier=<robotrl-train-classifier output dir>")
     relative = GOAL_DISTANCE_TASKS.get(task_cfg.name)
-    if (kind == "goal_distance" and relative is None) or (kind == "task" and task_cfg.name not in TRACKED_OBJECT_TASKS):
+    if (kind == "goal_distance" and relative is None) or (kind == "task" and not scorable):
+        why = (
+            f"its reward reads {facts['score_reads']}, which this policy does not all observe"
+            if facts["score"] is not None
+            else "its reward needs state no observation holds (the fingers' contacts)"
+        )
         raise ValueError(
-            f"task {task_cfg.name!r} is scored by object state a robot does not report: give "
-            f"hil.reward_classifier=<dir> (a classifier on camera frames); the goal-distance reward covers "
-            f"{sorted(GOAL_DISTANCE_TASKS)}, the task's own reward from tracked objects (hardware.objects) "
-            f"{sorted(TRACKED_OBJECT_TASKS)}"
+            f"task {task_cfg.name!r} cannot be scored on a robot from its observation: {why}; give "
+            "hil.reward_classifier=<dir> (a classifier on camera frames)"
         )
     if kind == "goal_distance" and relative not in obs_spec:
         raise ValueError(
@@ -245,7 +246,7 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
     reward = RobotRewardConfig(
         kind=kind,
         relative_goal=relative or "to_target",
-        goal_key=TRACKED_OBJECT_TASKS.get(task_cfg.name, "goal"),
+        reads=list(facts["score_reads"]),
         dense=getattr(task_cfg, "reward", "dense") == "dense",
         success_threshold=float(getattr(task_cfg, "success_threshold", 0.05)),
         # with a classifier, its verdict ends episodes (hil/reward_classifier.py), not the task's rule
@@ -253,7 +254,7 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
         goal_range={k: v for k, v in goal_range.items() if k not in robot.goal},
     )
     try:
-        return RobotVecEnv(env, reward, facts["goal_spec"])
+        return RobotVecEnv(env, reward, facts["score"])
     except Exception:
         env.close()
         raise

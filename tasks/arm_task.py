@@ -175,6 +175,14 @@ class ArmTask(ABC):
     def evaluate(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(reward [E], success [E] bool, terminated [E] bool) for the current state."""
 
+    # The observation entries `score` reads; () where the reward needs state no observation holds (contacts).
+    score_reads: tuple[str, ...] = ()
+
+    def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(reward [...], success [...]) exactly as `evaluate` gives them, from observation entries alone
+        (`score_reads`), so a robot that observes them scores its episodes as simulation does."""
+        raise NotImplementedError(f"{type(self).__name__}'s reward needs more than its observation holds")
+
 
 class TaskVecEnv:
     """VecEnv over an ArmTask: validated actions, control-rate stepping, time limits, auto-reset. Its tensors are

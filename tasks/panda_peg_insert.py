@@ -65,18 +65,26 @@ class PandaPegInsert(ArmTask):
         return obs
 
     def evaluate(self):
-        tip = self.peg_tip()
-        lateral = (tip[:, :2] - self.hole[:, :2]).norm(dim=-1)
-        depth = self.hole[:, 2] - tip[:, 2]
+        reward, success = self.outcome(self.peg_tip(), self.hole)
+        return reward, success, torch.zeros_like(success)
+
+    score_reads = ("peg_tip", "hole")
+
+    def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.outcome(obs["peg_tip"], obs["hole"])
+
+    def outcome(self, tip: torch.Tensor, hole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(reward, success) [...] with the peg's tip at `tip` [..., 3] and the hole's rim centre at `hole`."""
+        lateral = (tip[..., :2] - hole[..., :2]).norm(dim=-1)
+        depth = hole[..., 2] - tip[..., 2]
         success = (depth >= INSERT_DEPTH) & (lateral < HOLE_HALF_WIDTH)
         if self.cfg.reward == "sparse":
-            reward = success.float() - 1.0
-        else:  # line up over the hole, then go down it
-            approach = 1.0 - torch.tanh(10.0 * (self.hole - tip).norm(dim=-1))
-            aligned = lateral < HOLE_HALF_WIDTH
-            inserted = aligned.float() * (depth / INSERT_DEPTH).clamp(0.0, 1.0)
-            reward = (approach + 2.0 * inserted + 2.0 * success.float()) / 5.0
-        return reward, success, torch.zeros_like(success)
+            return success.float() - 1.0, success
+        # line up over the hole, then go down it
+        approach = 1.0 - torch.tanh(10.0 * (hole - tip).norm(dim=-1))
+        aligned = lateral < HOLE_HALF_WIDTH
+        inserted = aligned.float() * (depth / INSERT_DEPTH).clamp(0.0, 1.0)
+        return (approach + 2.0 * inserted + 2.0 * success.float()) / 5.0, success
 
     def expert_motion(self) -> torch.Tensor:
         """Scripted expert: line the tip up 3 cm above the hole -> descend slowly, re-aligning on drift."""

@@ -83,6 +83,11 @@ class PandaPush(ArmTask):
         reward, success = self.outcome(self.puck_pos(), self.ee_pos(), self.goal)
         return reward, success, torch.zeros_like(success)
 
+    score_reads = ("puck_pos", "ee_pos", "goal")
+
+    def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.outcome(obs["puck_pos"], obs["ee_pos"], obs["goal"])
+
     def outcome(self, puck: torch.Tensor, ee: torch.Tensor, goal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, success) [...] with the puck at `puck` [..., 3], the tool point at `ee` [..., 3] and the
         goal at `goal` [..., 2]: the live state's, or a stored one's under another goal (goal_spec)."""

@@ -39,6 +39,11 @@ class PandaReach(ArmTask):
         reward, success = self.outcome(self.ee_pos(), self.target)
         return reward, success, torch.zeros_like(success)
 
+    score_reads = ("ee_pos", "target")
+
+    def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.outcome(obs["ee_pos"], obs["target"])
+
     def outcome(self, ee: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, success) [...] with the tool point at `ee` [..., 3] and the target at `target` [..., 3]:
         the live state's, or a stored one's under another target (goal_spec)."""

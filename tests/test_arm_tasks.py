@@ -209,3 +209,34 @@ def test_task_math_follows_the_simulators_device():
     assert rotation_error(q, q).shape == (5, 3)
     task = make_task(ArmTaskConfig(name="panda_reach"), 2)
     assert task.device == torch.device("cpu") and task.robot.home.device.type == "cpu"
+
+
+@pytest.mark.parametrize("name", ["panda_reach", "panda_push", "panda_peg_insert"])
+@pytest.mark.parametrize("reward", ["dense", "sparse"])
+def test_score_from_the_observation_is_the_reward_simulation_gives(name, reward):
+    """A robot scores its episodes with `task.score(obs)` (hardware/robot_vec_env.py): it must be exactly what
+    `evaluate` gives, over states the scripted expert reaches (successes included) and random ones."""
+    env = _env(num_envs=8, name=name, reward=reward)
+    task = env.task
+    assert set(task.score_reads) <= set(task.obs_spec)
+    env.reset(seed=3)
+    successes = 0
+    for step in range(100):  # random states first, then the expert's way to success
+        action = task.expert_action() if step >= 8 else torch.rand(8, env.action_dim) * 2 - 1
+        env.step(action)
+        expected_reward, expected_success, _ = task.evaluate()
+        reward_now, success_now = task.score(task.observe())
+        torch.testing.assert_close(reward_now, expected_reward, rtol=0, atol=1e-6)
+        assert torch.equal(success_now, expected_success)
+        successes += int(success_now.sum())
+    env.close()
+    assert successes > 0, "no state scored a success: the comparison never covered one"
+
+
+def test_a_task_whose_reward_needs_contacts_cannot_score_from_its_observation():
+    env = _env(name="panda_pick_cube")
+    env.reset(seed=0)
+    assert env.task.score_reads == ()
+    with pytest.raises(NotImplementedError, match="PandaPickCube's reward needs more than its observation holds"):
+        env.task.score(env.task.observe())
+    env.close()

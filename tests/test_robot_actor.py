@@ -2,7 +2,7 @@
 thread, real DDS on loopback) through the robot env and the shield, and streams to a robotrl-learner process
 over real gRPC. The robot's episodes are scored as the simulated task scores them where the robot env knows
 everything the reward needs (panda_reach; panda_push with the puck tracked), and refused by name where it does
-not. Domain ids 193-195, 214, 215."""
+not. Domain ids 193-195, 214, 215, 217."""
 
 import math
 import threading
@@ -88,10 +88,16 @@ def test_reach_on_the_twin_is_scored_as_the_simulated_task_scores_it():
 
 def test_tasks_a_robot_cannot_score_need_the_reward_classifier_by_name():
     pick = ArmTaskConfig(name="panda_pick_cube")
-    with pytest.raises(ValueError, match=r"task 'panda_pick_cube' is scored by object state .* hil\.reward_classifier"):
+    with pytest.raises(
+        ValueError,
+        match=r"'panda_pick_cube' cannot be scored on a robot .*needs state no observation holds.*reward_classifier",
+    ):
         make_robot_vec_env(pick, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
     pixel_push = ArmTaskConfig(name="panda_push", obs="pixels")  # its own reward reads the puck: not from pixels
-    with pytest.raises(ValueError, match=r"task 'panda_push' is scored by object state .* hil\.reward_classifier"):
+    with pytest.raises(
+        ValueError,
+        match=r"'panda_push' cannot .*reads \['puck_pos', 'ee_pos', 'goal'\], which this policy does not all",
+    ):
         make_robot_vec_env(pixel_push, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
     with pytest.raises(ValueError, match=r"robot\.reward=classifier needs hil\.reward_classifier"):
         make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(reward="classifier"), classifier=False)
@@ -172,6 +178,39 @@ def test_the_push_expert_pushes_the_tracked_puck_to_its_goal_on_the_twin():
             assert bool(result.success), f"puck at {result.next_obs['puck_pos'][0].tolist()}, goal {goal}"
             assert float((result.next_obs["puck_pos"][0, :2] - start[:2]).norm()) > 0.08  # it was pushed there
             assert env.stale_episodes == 0
+        finally:
+            env.close()
+
+
+def test_peg_insertion_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_held_peg():
+    """peg_insert on a robot: the peg's tip by kinematics, the hole given, the task's own score; its scripted
+    expert, fed the robot's observation, inserts the peg on the twin and the score calls it a success."""
+    import types
+
+    from robotrl.tasks.panda_peg_insert import PandaPegInsert
+
+    peg = ArmTaskConfig(name="panda_peg_insert")
+    with TwinThread(217, model=str(ASSETS / "panda_peg_insert.xml")):
+        cfg = hardware(217)
+        cfg.shield = {**cfg.shield, "workspace_min": [0.1, -0.6, 0.0]}
+        hole = [0.5, 0.0, 0.04]  # the scene's hole
+        env = make_robot_vec_env(peg, SMALL_SAC, cfg, ActorRobotConfig(goal={"hole": hole}), classifier=False)
+        try:
+            assert env.reward_cfg.kind == "task" and env.reward_cfg.reads == ["peg_tip", "hole"]
+            obs = env.reset(seed=0)
+            expert = types.SimpleNamespace(
+                cfg=peg, hole=torch.tensor([hole]), _phase=torch.zeros(1, dtype=torch.long), tensor=torch.tensor
+            )
+            rewards = []
+            for _ in range(100):
+                expert.peg_tip = lambda o=obs: o["peg_tip"]
+                result = env.step(env.world_to_action(PandaPegInsert.expert_motion(expert)))
+                rewards.append(float(result.reward))
+                if result.success.any() or result.truncated.any():
+                    break
+                obs = result.obs
+            assert bool(result.success) and env.stale_episodes == 0
+            assert rewards[-1] > 0.8 > rewards[0]  # dense: approach, insertion and success terms
         finally:
             env.close()
 
