@@ -350,6 +350,12 @@ def test_config_errors_name_the_key():
         RobotEnvConfig(objects=["puck", "puck"]).validate()
     with pytest.raises(ValueError, match=r"hardware\.object_topic '/mocap/\{body\}' may hold only the placeholder"):
         RobotEnvConfig(objects=["puck"], object_topic="/mocap/{body}").validate()
+    with pytest.raises(ValueError, match=r"held points need 3 finite offsets .*\{'peg_tip': \[0\.0, 0\.06\]\}"):
+        RobotEnv(RobotEnvConfig(), held={"peg_tip": [0.0, 0.06]})
+    with pytest.raises(ValueError, match=r"held_relative\.tip_to_hole must be \[goal, held point\]"):
+        RobotEnv(RobotEnvConfig(), held={"peg_tip": [0, 0, 0.06]}, held_relative={"tip_to_hole": ["hole", "peg_tip"]})
+    with pytest.raises(ValueError, match=r"gripper_hold is for policies that do not move the gripper"):
+        RobotEnv(RobotEnvConfig(), gripper_action=True, gripper_hold=0.0)
     with pytest.raises(ValueError, match=r"hardware\.max_object_stamp_age must be >= 0 seconds"):
         RobotEnvConfig(max_object_stamp_age=-1.0).validate()
     with pytest.raises(ValueError, match=r"hardware\.max_object_age must be a finite number > 0, got 0"):
