@@ -247,10 +247,8 @@ def make_robot_env(
 
 
 def _object_named(key: str) -> str | None:
-    """The tracked object an entry a simulated task names after it reads (cube_pos, cube_quat, to_cube,
-    puck_to_goal), or None."""
-    if key in KNOWN_RELATIVE or key in HELD_RELATIVE:
-        return None
+    """The tracked object an entry would be named after (cube_pos, cube_quat, to_cube, puck_to_goal), or None;
+    goal-relative entries (to_target, tip_to_hole) are told apart by the caller first."""
     for pattern in (r"(\w+)_(?:pos|quat)", r"to_(\w+)", r"(\w+?)_to_\w+"):
         match = re.fullmatch(pattern, key)
         if match:
@@ -267,9 +265,10 @@ def _how_to_give(missing: list[str], obs_spec: dict, hw: RobotEnvConfig, goal: d
     unmeasured: list[str] = []
     for key in missing:
         name = _object_named(key)
-        if key in KNOWN_RELATIVE or key in HELD_RELATIVE:
-            base = KNOWN_RELATIVE[key] if key in KNOWN_RELATIVE else HELD_RELATIVE[key][0]
-            fixed[base] = obs_spec[key].shape[0]
+        if key in KNOWN_RELATIVE:
+            fixed[KNOWN_RELATIVE[key]] = obs_spec[key].shape[0]
+        elif key in HELD_RELATIVE:
+            fixed[HELD_RELATIVE[key][0]] = obs_spec[key].shape[0]
         elif key in TASK_GOALS:
             fixed[key] = obs_spec[key].shape[0]
         elif name is None:

@@ -56,7 +56,7 @@ import gymnasium as gym
 import mujoco
 from robotrl.hardware.realtime import check_priority, lock_memory, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
-from robotrl.hardware.ros2.names import full_topic_name
+from robotrl.hardware.ros2.names import full_topic_name, topic_for
 from robotrl.hardware.ros2.qos import Durability, QoSProfile
 
 from robotrl.safety import EStopLatchedError, Shield, ShieldConfig, ShieldResetError
@@ -184,14 +184,14 @@ class RobotEnvConfig:
             topics.append(("gripper_controller", f"/{self.gripper_controller}/commands"))
         topics += [(name, getattr(self, name)) for name in ("estop_topic", "estop_ack_topic") if getattr(self, name)]
         for camera in self.cameras:
-            topics.append(("camera_topic", _topic_for(self.camera_topic, camera, "hardware.camera_topic")))
+            topics.append(("camera_topic", topic_for(self.camera_topic, camera, "hardware.camera_topic")))
         bad = [name for name in self.objects if not (isinstance(name, str) and name.isidentifier())]
         if bad:
             raise ValueError(f"hardware.objects must be names such as puck or cube, got {bad}")
         if len(set(self.objects)) != len(self.objects):
             raise ValueError(f"hardware.objects names an object twice: {list(self.objects)}")
         for name in self.objects:
-            topics.append(("object_topic", _topic_for(self.object_topic, name, "hardware.object_topic")))
+            topics.append(("object_topic", topic_for(self.object_topic, name, "hardware.object_topic")))
         for key, topic in topics:
             try:
                 full_topic_name(topic)
@@ -205,13 +205,6 @@ class RobotEnvConfig:
             raise ValueError(f"hardware.shield has unknown keys {unknown}; ShieldConfig has {sorted(known)}")
         values = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in dict(self.shield).items()}
         return ShieldConfig(control_period=1.0 / self.control_rate_hz, **values)
-
-
-def _topic_for(template: str, name: str, key: str) -> str:
-    try:
-        return template.format(name=name)
-    except (KeyError, IndexError, ValueError) as error:
-        raise ValueError(f"{key} {template!r} may hold only the placeholder {{name}} ({error!r})") from None
 
 
 def subscribe_estop(bridge: Any, topic: str, callback: Callable[[Any], Any]) -> list:
@@ -666,9 +659,9 @@ class RobotEnv(gym.Env):
         for key, (name, what) in self._object_entries.items():
             position, quat = poses[name]
             if what == "pos":
-                obs[key] = position
+                obs[key] = position.copy()  # a copy: the last good pose is kept for a stale observation
             elif what == "quat":
-                obs[key] = quat
+                obs[key] = quat.copy()
             elif what == "from_ee":
                 obs[key] = (position - ee).astype(np.float32)
             else:  # the goal `what` minus the object's position, in the goal's dimensions
@@ -694,11 +687,26 @@ class RobotEnv(gym.Env):
         self._obs_fresh = not stale
         return {key: obs[key] for key in self.observation_space.spaces}, info
 
+    def _late_reason(self, now: float) -> str | None:
+        """Why an action computed from the last (fresh) observation comes too late to send (its joint state,
+        or one of its tracked poses, aged past its limit plus one policy period since arriving), or None."""
+        period, cfg = 1.0 / self.cfg.policy_rate_hz, self.cfg
+        age = now - self._obs_state.received_at
+        if age > cfg.max_state_age + period:
+            limit = f"hardware.max_state_age {cfg.max_state_age * 1e3:.0f} ms + a period"
+            return f"joint state is {age * 1e3:.1f} ms old ({limit})"
+        if self._obs_object_received is not None:
+            age = now - self._obs_object_received
+            if age > cfg.max_object_age + period:
+                limit = f"hardware.max_object_age {cfg.max_object_age * 1e3:.0f} ms + a period"
+                return f"object pose is {age * 1e3:.1f} ms old ({limit})"
+        return None
+
     def _object_pose(self, sub) -> tuple[tuple[np.ndarray, np.ndarray], float, str | None]:
         """(position, wxyz orientation) of the newest pose on `sub`, when it arrived (monotonic), and what
         keeps it from being acted on (None: fresh and valid). Observations built on a pose that is not one
         (NaN, a zero quaternion, another frame) are counted in `bad_object_pose`."""
-        from robotrl.hardware.ros2.tensors import pose_tensors
+        from robotrl.hardware.ros2.tensors import pose_tensors, time_seconds
 
         unknown = (np.zeros(3, np.float32), np.array([1.0, 0.0, 0.0, 0.0], np.float32))
         received = sub.latest()
@@ -708,8 +716,6 @@ class RobotEnv(gym.Env):
         if age > self.cfg.max_object_age:
             return unknown, received.received_at, f"pose {age * 1e3:.0f} ms old"
         if self.cfg.max_object_stamp_age:
-            from robotrl.hardware.ros2.tensors import time_seconds
-
             behind = time.time() - time_seconds(received.msg.header.stamp)
             if behind > self.cfg.max_object_stamp_age:
                 return unknown, received.received_at, f"pose stamped {behind * 1e3:.0f} ms before now"
@@ -914,26 +920,12 @@ class RobotEnv(gym.Env):
         action = np.clip(action, -1.0, 1.0)  # NaN stays NaN (the shield drops it)
         # The observation was fresh when it was taken; the action is only as fresh as that observation. One
         # computed after a stall (slow inference, a weight load, a paused process) is not sent either.
-        now, period = time.monotonic(), 1.0 / self.cfg.policy_rate_hz
-        obs_age = now - self._obs_state.received_at
-        late = self._obs_fresh and obs_age > self.cfg.max_state_age + period
-        late_what = (
-            f"joint state {obs_age * 1e3:.1f} ms old (hardware.max_state_age {self.cfg.max_state_age * 1e3:.0f} ms"
-        )
-        if self._obs_fresh and not late and self._obs_object_received is not None:  # tracked objects age too
-            object_age = now - self._obs_object_received
-            late = object_age > self.cfg.max_object_age + period
-            late_what = (
-                f"object pose {object_age * 1e3:.1f} ms old (hardware.max_object_age "
-                f"{self.cfg.max_object_age * 1e3:.0f} ms"
-            )
+        late = self._late_reason(time.monotonic()) if self._obs_fresh else None
         if late:
             self.stats["late_actions"] += 1
             info["late_action"] = 1
             if self.cfg.on_stale == "raise":
-                raise StaleObservationError(
-                    f"the action was computed from an observation whose {late_what} + one policy period)"
-                )
+                raise StaleObservationError(f"the action was computed from an observation whose {late}")
         if self._obs_fresh and not late:
             target = self._joint_targets(action, self._obs_state.position.numpy())
             gripper = None

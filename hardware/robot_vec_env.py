@@ -3,12 +3,11 @@
 The robot env (hardware/robot_env.py) gives observations with the simulated task's keys and sends actions
 through the shield; this adds what a learner needs and a robot does not measure by itself:
 
-- **Reward and success.** Where the task's reward is a function of the tool point and a goal the robot env
-  knows (panda_reach: `to_target = target - ee_pos`), it is computed exactly as the simulated task does:
-  `-distance` (dense) or `success - 1` (sparse), success within `success_threshold`. `reward=task` (the
-  default wherever it applies) is the simulated task's own `score(obs)`, its reward and success computed
-  from observation entries alone (`score_reads`; tested equal to `evaluate` in simulation): reach, push with
-  its puck tracked (`hardware.objects`), peg_insert with the peg's tip from kinematics. Where the reward
+- **Reward and success.** `reward=task` (the default wherever it applies) is the simulated task's own
+  `score(obs)`, its reward and success computed from observation entries alone (`score_reads`; tested equal
+  to `evaluate` in simulation): reach (`-distance` to the target, or `success - 1`), push with its puck
+  tracked (`hardware.objects`), peg_insert with the peg's tip from kinematics. `goal_distance`, reach's
+  rule before tasks scored themselves, is the same thing under its older name. Where the reward
   needs state no observation holds (pick: the fingers' contacts), or the policy observes pixels, it is
   `reward=classifier`: the learned reward classifier (`hil.reward_classifier`, on camera frames, as
   HIL-SERL does) wraps this env and replaces both.
@@ -57,26 +56,14 @@ def goal_box(name: str, box) -> tuple[np.ndarray, np.ndarray]:
 class RobotRewardConfig:
     """How a robot episode is scored; the actor fills it from the task (`reward_for_task`)."""
 
-    kind: str = "goal_distance"  # goal_distance | task | classifier (a learned classifier wraps the env)
-    relative_goal: str = "to_target"  # the observation entry goal - ee_pos (goal_distance)
+    kind: str = "task"  # task (the task's own score) | classifier (a learned classifier wraps the env)
     reads: list[str] = field(default_factory=list)  # task: the observation entries its score reads
-    dense: bool = True  # -distance; False: success - 1
-    success_threshold: float = 0.05  # metres
     terminate_on_success: bool = False
     goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # key: [[low xyz], [high xyz]]
 
     def validate(self, env: RobotEnv) -> None:
-        if self.kind not in REWARDS:
-            raise ValueError(f"robot reward must be one of {', '.join(REWARDS)}, got {self.kind!r}")
-        if self.kind == "goal_distance":
-            if self.relative_goal not in env.relative_goal:
-                raise ValueError(
-                    f"the goal-distance reward needs the observation {self.relative_goal!r} (goal - ee_pos); this "
-                    f"robot env computes {sorted(env.relative_goal) or 'none'}: give the goal (+goal.target=[x,y,z] "
-                    "or a goal_range), or score episodes with hil.reward_classifier"
-                )
-            if not self.success_threshold > 0:
-                raise ValueError(f"success_threshold must be > 0, got {self.success_threshold}")
+        if self.kind not in ("task", "classifier"):
+            raise ValueError(f"robot reward must be task or classifier, got {self.kind!r}")
         missing = sorted(set(self.reads) - set(env.observation_space.spaces)) if self.kind == "task" else []
         if missing:
             raise ValueError(f"the task's reward reads {missing}, which this robot env does not observe")
@@ -107,7 +94,7 @@ class RobotVecEnv:
             key: TensorSpec(tuple(space.shape), torch.uint8 if space.dtype == np.uint8 else torch.float32)
             for key, space in env.observation_space.spaces.items()
         }
-        self.has_success = reward.kind in ("goal_distance", "task")
+        self.has_success = reward.kind == "task"
         self._rng = np.random.default_rng()
         self.stale_episodes = 0  # episodes cut short by a stale observation
 
@@ -126,7 +113,7 @@ class RobotVecEnv:
         action = check_action(self.name, action, 1, self.action_dim)
         obs, _, terminated, truncated, info = self.env.step(action[0].numpy())
         next_obs = self._tensors(obs)
-        reward, success = self._score(obs, next_obs)
+        reward, success = self._score(next_obs)
         if info.get("stale_observation") or info.get("late_action"):
             self.stale_episodes += 1
             truncated = True
@@ -142,16 +129,11 @@ class RobotVecEnv:
             success=torch.tensor([success]),
         )
 
-    def _score(self, obs: dict[str, np.ndarray], tensors: Obs) -> tuple[float, bool]:
-        cfg = self.reward_cfg
-        if cfg.kind == "task":
-            reward, success = self.score(tensors)
-            return float(reward[0]), bool(success[0])
-        if cfg.kind != "goal_distance":
+    def _score(self, obs: Obs) -> tuple[float, bool]:
+        if self.reward_cfg.kind != "task":
             return 0.0, False  # the classifier wrapper scores this step
-        distance = float(np.linalg.norm(obs[cfg.relative_goal]))
-        success = distance < cfg.success_threshold
-        return (-distance if cfg.dense else float(success) - 1.0), success
+        reward, success = self.score(obs)
+        return float(reward[0]), bool(success[0])
 
     @staticmethod
     def _tensors(obs: dict[str, np.ndarray]) -> Obs:
@@ -190,10 +172,6 @@ def task_goal_ranges(task_name: str) -> dict[str, list[list[float]]]:
     return {}
 
 
-# The tasks whose reward the goal-distance rule reproduces exactly (the simulated task's evaluate()).
-GOAL_DISTANCE_TASKS = {"panda_reach": "to_target"}
-
-
 def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, classifier: bool) -> RobotVecEnv:
     """The robot as the simulated task `task_cfg` sees it, for an actor whose agent is `agent_cfg`.
     `classifier`: a learned reward classifier will wrap the env (hil.reward_classifier)."""
@@ -205,13 +183,12 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
     facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
     # the task's own reward where the policy observes every entry it reads (not a pixel policy)
     scorable = facts["score"] is not None and set(facts["score_reads"]) <= set(obs_spec)
-    kind = robot.reward
+    kind = "task" if robot.reward == "goal_distance" else robot.reward  # reach's rule, under its older name
     if kind == "auto":
-        kind = "classifier" if classifier else "task" if scorable else "goal_distance"
+        kind = "classifier" if classifier else "task"
     if kind == "classifier" and not classifier:
         raise ValueError("robot.reward=classifier needs hil.reward_classifier=<robotrl-train-classifier output dir>")
-    relative = GOAL_DISTANCE_TASKS.get(task_cfg.name)
-    if (kind == "goal_distance" and relative is None) or (kind == "task" and not scorable):
+    if kind == "task" and not scorable:
         why = (
             f"its reward reads {facts['score_reads']}, which this policy does not all observe"
             if facts["score"] is not None
@@ -220,11 +197,6 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
         raise ValueError(
             f"task {task_cfg.name!r} cannot be scored on a robot from its observation: {why}; give "
             "hil.reward_classifier=<dir> (a classifier on camera frames)"
-        )
-    if kind == "goal_distance" and relative not in obs_spec:
-        raise ValueError(
-            f"the goal-distance reward reads {relative!r}, which this policy does not observe "
-            f"(task.obs={getattr(task_cfg, 'obs', '?')}): score episodes with hil.reward_classifier"
         )
     given = {k: [list(map(float, b)) for b in v] for k, v in robot.goal_range.items()}
     goal_range = {**task_goal_ranges(task_cfg.name), **given}
@@ -245,10 +217,7 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
     env = make_robot_env(hardware, obs_spec, action_dim, facts, goal, goal_option="robot.goal")
     reward = RobotRewardConfig(
         kind=kind,
-        relative_goal=relative or "to_target",
         reads=list(facts["score_reads"]),
-        dense=getattr(task_cfg, "reward", "dense") == "dense",
-        success_threshold=float(getattr(task_cfg, "success_threshold", 0.05)),
         # with a classifier, its verdict ends episodes (hil/reward_classifier.py), not the task's rule
         terminate_on_success=bool(getattr(task_cfg, "terminate_on_success", False)) and kind != "classifier",
         goal_range={k: v for k, v in goal_range.items() if k not in robot.goal},

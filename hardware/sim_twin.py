@@ -53,6 +53,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco
 from robotrl.hardware.realtime import check_priority, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
+from robotrl.hardware.ros2.names import topic_for
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +109,7 @@ class SimTwinConfig:
         if not (isinstance(self.object_rate_hz, (int, float)) and 0 < self.object_rate_hz <= self.rate_hz):
             raise ValueError(f"object_rate_hz must be in (0, rate_hz={self.rate_hz}], got {self.object_rate_hz!r}")
         for name in self.objects:
-            try:
-                self.object_topic.format(name=name)
-            except (KeyError, IndexError, ValueError) as error:
-                raise ValueError(
-                    f"object_topic {self.object_topic!r} may hold only the placeholder {{name}} ({error!r})"
-                ) from None
+            topic_for(self.object_topic, name, "object_topic")
         if not self.camera_rate_hz > 0:
             raise ValueError(f"camera_rate_hz must be > 0, got {self.camera_rate_hz!r}")
         if self.camera_width < 1 or self.camera_height < 1:
@@ -301,6 +297,9 @@ class SimTwin:
             )
             self.topics["gripper"] = topic
 
+        from robotrl.hardware.ros2.tensors import pose_msg, time_msg  # the ros extra, imported with the bridge
+
+        self._pose_msg, self._time_msg = pose_msg, time_msg  # kept: publish_object_poses runs in the control loop
         self._object_pubs = {}
         for name in cfg.objects:
             topic = cfg.object_topic.format(name=name)
@@ -469,11 +468,9 @@ class SimTwin:
 
     def publish_object_poses(self) -> None:
         """Each tracked body's world pose (MuJoCo's xpos, xquat), stamped now."""
-        from robotrl.hardware.ros2.tensors import pose_msg, time_msg
-
-        stamp = time_msg(time.time())
+        stamp = self._time_msg(time.time())
         for name, body in self._object_bodies.items():
-            msg = pose_msg(self.data.xpos[body], self.data.xquat[body], stamp, self.cfg.object_frame)
+            msg = self._pose_msg(self.data.xpos[body], self.data.xquat[body], stamp, self.cfg.object_frame)
             self._object_pubs[name].publish(msg)
             self.object_poses += 1
 

@@ -99,6 +99,9 @@ def test_tasks_a_robot_cannot_score_need_the_reward_classifier_by_name():
         match=r"'panda_push' cannot .*reads \['puck_pos', 'ee_pos', 'goal'\], which this policy does not all",
     ):
         make_robot_vec_env(pixel_push, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
+    older_name = make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(reward="goal_distance"), False)
+    assert older_name.reward_cfg.kind == "task" and older_name.score is not None  # reach's rule: the task's score
+    older_name.close()
     with pytest.raises(ValueError, match=r"robot\.reward=classifier needs hil\.reward_classifier"):
         make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(reward="classifier"), classifier=False)
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):

@@ -38,6 +38,15 @@ def full_topic_name(topic: str) -> str:
     return name
 
 
+def topic_for(template: str, name: str, key: str) -> str:
+    """`template` (a topic with the placeholder {name}, as /camera/{name}/image_raw) for `name`; a template with
+    any other placeholder raises ValueError naming config `key`."""
+    try:
+        return template.format(name=name)
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"{key} {template!r} may hold only the placeholder {{name}} ({error!r})") from None
+
+
 def dds_topic_name(topic: str) -> str:
     """The DDS topic of a ROS 2 topic: `/joint_states` -> `rt/joint_states` (ROS topics carry `rt`)."""
     return "rt" + full_topic_name(topic)
