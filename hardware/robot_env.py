@@ -16,8 +16,8 @@ each from a motion-capture system or a fiducial detector) give `<name>_pos`, `<n
 observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
 step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
 `StaleObservationError` (`on_stale=raise`). Nor is an action whose observation has aged past
-`max_state_age` (its tracked poses past `max_object_age`) plus one policy period by the time `step` receives it
-(`late_action`).
+`max_state_age` (its tracked poses past `max_object_age`, its camera frames past `max_image_age`) plus one
+policy period by the time `step` receives it (`late_action`).
 
 Commands: a control thread runs at `control_rate_hz` (the shield's control period) and, every period,
 passes the newest policy command (or None) through `robotrl.safety.Shield.filter` with the newest joint
@@ -458,7 +458,9 @@ class RobotEnv(gym.Env):
         self._stacks: dict[str, np.ndarray] = {}  # pixel key -> the last frame_stack frames [3k, H, W]
         self._obs_state: _State | None = None  # the state the last observation was built from
         self._obs_fresh = False
-        self._obs_object_received: float | None = None
+        # what else the last observation was built from: (what, when it arrived (monotonic), its age limit's
+        # setting, that limit in s); its action is late once any of them aged past the limit plus a period
+        self._obs_inputs: list[tuple[str, float, str, float]] = []
         self._last_poses: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each object's last good pose
         self._last_target = np.zeros(self.n)
         self._target_quat = np.array([1.0, 0.0, 0.0, 0.0])
@@ -645,7 +647,7 @@ class RobotEnv(gym.Env):
             for key, (goal, point) in self.held_relative.items():
                 obs[key] = (self.goal[goal] - held[point]).astype(np.float32)
         poses = {}
-        self._obs_object_received = None  # the oldest tracked pose this observation holds
+        inputs: list[tuple[str, float, str, float]] = []
         for name, sub in self._object_poses.items():
             pose, received_at, problem = self._object_pose(sub)
             if problem:  # stale: the last good pose (as a stale joint state is the last state), never made up
@@ -653,8 +655,7 @@ class RobotEnv(gym.Env):
                 pose = self._last_poses.get(name, pose)
             else:
                 self._last_poses[name] = pose
-                if self._obs_object_received is None or received_at < self._obs_object_received:
-                    self._obs_object_received = received_at
+                inputs.append((f"object {name} pose", received_at, "max_object_age", self.cfg.max_object_age))
             poses[name] = pose
         for key, (name, what) in self._object_entries.items():
             position, quat = poses[name]
@@ -674,6 +675,7 @@ class RobotEnv(gym.Env):
                 obs[f"pixels_{name}"] = np.zeros((3, self.cfg.image_size, self.cfg.image_size), np.uint8)
                 continue
             obs[f"pixels_{name}"] = self._image(received.msg)
+            inputs.append((f"camera {name} frame", received.received_at, "max_image_age", self.cfg.max_image_age))
         finite = all(np.isfinite(v).all() for k, v in obs.items() if not k.startswith("pixels_"))
         if not finite:
             stale.append("non-finite state")
@@ -684,22 +686,20 @@ class RobotEnv(gym.Env):
             if self.cfg.on_stale == "raise":
                 raise StaleObservationError(f"observation not fresh: {info['stale_reason']}")
         self._obs_state = state
+        self._obs_inputs = inputs
         self._obs_fresh = not stale
         return {key: obs[key] for key in self.observation_space.spaces}, info
 
     def _late_reason(self, now: float) -> str | None:
-        """Why an action computed from the last (fresh) observation comes too late to send (its joint state,
-        or one of its tracked poses, aged past its limit plus one policy period since arriving), or None."""
+        """Why an action computed from the last (fresh) observation comes too late to send (its joint state, one
+        of its tracked poses or one of its camera frames aged past its limit plus one policy period since
+        arriving), or None."""
         period, cfg = 1.0 / self.cfg.policy_rate_hz, self.cfg
-        age = now - self._obs_state.received_at
-        if age > cfg.max_state_age + period:
-            limit = f"hardware.max_state_age {cfg.max_state_age * 1e3:.0f} ms + a period"
-            return f"joint state is {age * 1e3:.1f} ms old ({limit})"
-        if self._obs_object_received is not None:
-            age = now - self._obs_object_received
-            if age > cfg.max_object_age + period:
-                limit = f"hardware.max_object_age {cfg.max_object_age * 1e3:.0f} ms + a period"
-                return f"object pose is {age * 1e3:.1f} ms old ({limit})"
+        inputs = [("joint state", self._obs_state.received_at, "max_state_age", cfg.max_state_age), *self._obs_inputs]
+        for what, received_at, setting, limit in inputs:
+            age = now - received_at
+            if age > limit + period:
+                return f"{what} is {age * 1e3:.1f} ms old (hardware.{setting} {limit * 1e3:.0f} ms + a period)"
         return None
 
     def _object_pose(self, sub) -> tuple[tuple[np.ndarray, np.ndarray], float, str | None]:
@@ -924,6 +924,7 @@ class RobotEnv(gym.Env):
         if late:
             self.stats["late_actions"] += 1
             info["late_action"] = 1
+            info["late_reason"] = late
             if self.cfg.on_stale == "raise":
                 raise StaleObservationError(f"the action was computed from an observation whose {late}")
         if self._obs_fresh and not late:

@@ -292,6 +292,19 @@ def test_camera_frames_from_the_twin_become_pixel_observations_that_follow_the_a
             obs, _, _, _, _ = env.step(np.array([-1.0, 0, 0, 0, 0, 0, 0]))
             np.testing.assert_array_equal(obs["pixels_front"][:3], newest)
             newest = obs["pixels_front"][3:]
+        env.close()
+        # an action computed from a frame that aged past max_image_age and a period is not sent, however young
+        # its joint state may still be (here allowed 2 s)
+        cfg = {"cameras": ["front"], "image_size": 64, "max_image_age": 0.3, "max_state_age": 2.0}
+        env = _env(196, control="joint_delta", cfg=cfg)
+        env.reset()
+        assert wait_until(lambda: env.step(np.zeros(7))[4]["stale_observation"] == 0, timeout=10.0)
+        held = env.setpoint
+        time.sleep(0.3 + 2.0 / env.cfg.policy_rate_hz)  # a stalled policy
+        _, _, _, _, info = env.step(np.ones(7))  # would move every joint 0.1 rad
+        assert info["late_action"] == 1 and info["skipped_stale"] == 1
+        assert info["late_reason"].startswith("camera front frame is"), info["late_reason"]
+        np.testing.assert_allclose(env.setpoint, held, atol=1e-9)
     finally:
         env.close()
         twin.stop()
@@ -663,7 +676,7 @@ def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
             observed_after("fresh", [0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0])
             # an action computed from that observation is late once its pose is older than max_object_age and
             # a policy period, whatever the joint state's age (here: as if the pose had arrived 1 s earlier)
-            env._obs_object_received -= 1.0
+            env._obs_inputs = [(what, at - 1.0, *limit) for what, at, *limit in env._obs_inputs]
             height = env.setpoint.copy()
             _, _, _, _, info = env.step(np.array([0.0, 0.0, 1.0], np.float32))
             assert info["late_action"] == 1 and info["skipped_stale"] == 1
