@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -55,6 +56,12 @@ class ArmTask(ABC):
     # sites fixed to the tool (a peg held in the hand): their observation entries follow the tool rigidly, so a
     # robot computes them by forward kinematics (hardware/deploy.py: task_facts measures the offsets)
     held_sites: tuple[str, ...] = ()
+    # Objects put back between episodes: name -> (low, high) of the first coordinates of its start position,
+    # the box reset_scene draws it from. A robot env waits at reset for them to be there (a person resets the
+    # scene), so no robot episode starts from a layout simulation never showed the policy.
+    start_regions: ClassVar[dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+    # Goals reset_scene draws per episode with draw_goals; a robot env draws its episodes' goals the same way
+    drawn_goals: tuple[str, ...] = ()
 
     def __init__(self, cfg: ArmTaskConfig, num_envs: int):
         if cfg.reward not in ("dense", "sparse"):
@@ -174,6 +181,13 @@ class ArmTask(ABC):
     @abstractmethod
     def evaluate(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(reward [E], success [E] bool, terminated [E] bool) for the current state."""
+
+    def draw_goals(
+        self, count: int, objects: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """The goals `drawn_goals` for `count` episodes ([count, ...] each) whose objects start at `objects`
+        (name -> position [count, 3]), drawn from `generator` as reset_scene draws them."""
+        return {}
 
     # The observation entries `score` reads; () where the reward needs state no observation holds (contacts).
     score_reads: tuple[str, ...] = ()

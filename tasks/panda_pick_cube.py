@@ -41,6 +41,8 @@ class PandaPickCube(ArmTask):
             "to_cube": TensorSpec((3,)),
         }
 
+    start_regions = {"cube": (CUBE_XY_LOW, CUBE_XY_HIGH)}
+
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         k = len(env_ids)
         xy = CUBE_XY_LOW + torch.rand(k, 2, generator=self.generator) * (CUBE_XY_HIGH - CUBE_XY_LOW)

@@ -44,22 +44,32 @@ class PandaPush(ArmTask):
             "puck_to_goal": TensorSpec((2,)),
         }
 
+    start_regions = {"puck": (PUCK_XY_LOW, PUCK_XY_HIGH)}
+    drawn_goals = ("goal",)
+
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         k = len(env_ids)
         xy = PUCK_XY_LOW + torch.rand(k, 2, generator=self.generator) * (PUCK_XY_HIGH - PUCK_XY_LOW)
-        angle = torch.rand(k, generator=self.generator) * 2 * math.pi
-        lo, hi = GOAL_DISTANCE
-        distance = lo + torch.rand(k, generator=self.generator) * (hi - lo)
-        offset = distance.unsqueeze(-1) * torch.stack([torch.cos(angle), torch.sin(angle)], -1)
-        # a goal pulled in by the workspace edge is mirrored, so no episode starts (nearly) solved
-        there, mirrored = (self._in_workspace(xy + offset), self._in_workspace(xy - offset))
-        farther = (there - xy).norm(dim=-1, keepdim=True) >= (mirrored - xy).norm(dim=-1, keepdim=True)
-        goal = torch.where(farther, there, mirrored)
-        upright = torch.tensor([1.0, 0.0, 0.0, 0.0]).expand(k, 4)
         puck = torch.cat([xy, torch.full((k, 1), PUCK_HALF_HEIGHT)], -1)
+        goal = self.draw_goals(k, {"puck": puck}, self.generator)["goal"]
+        upright = torch.tensor([1.0, 0.0, 0.0, 0.0]).expand(k, 4)
         self.backend.set_free_body_pose(env_ids, "puck", puck, upright)
         self.backend.set_mocap_pose(env_ids, "goal", torch.cat([goal, torch.full((k, 1), 0.001)], -1))
         self.goal[env_ids] = goal.to(self.device)
+
+    def draw_goals(
+        self, count: int, objects: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """A goal 10-20 cm from the puck in a random direction, inside the goal box; one the box's edge would
+        pull in is mirrored across the puck, so no episode starts (nearly) solved."""
+        xy = objects["puck"][:, :2]
+        angle = torch.rand(count, generator=generator) * 2 * math.pi
+        lo, hi = GOAL_DISTANCE
+        distance = lo + torch.rand(count, generator=generator) * (hi - lo)
+        offset = distance.unsqueeze(-1) * torch.stack([torch.cos(angle), torch.sin(angle)], -1)
+        there, mirrored = (self._in_workspace(xy + offset), self._in_workspace(xy - offset))
+        farther = (there - xy).norm(dim=-1, keepdim=True) >= (mirrored - xy).norm(dim=-1, keepdim=True)
+        return {"goal": torch.where(farther, there, mirrored)}
 
     @staticmethod
     def _in_workspace(xy: torch.Tensor) -> torch.Tensor:

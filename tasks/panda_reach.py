@@ -24,11 +24,19 @@ class PandaReach(ArmTask):
     def obs_spec(self) -> dict[str, TensorSpec]:
         return {**self.proprio_spec(), "target": TensorSpec((3,)), "to_target": TensorSpec((3,))}
 
+    drawn_goals = ("target",)
+
     def reset_scene(self, env_ids: torch.Tensor) -> None:
-        u = torch.rand(len(env_ids), 3, generator=self.generator)
-        target = (TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)).to(self.device)
+        target = self.draw_goals(len(env_ids), {}, self.generator)["target"].to(self.device)
         self.target[env_ids] = target
         self.backend.set_mocap_pose(env_ids, "target", target)
+
+    def draw_goals(
+        self, count: int, objects: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """A target drawn uniformly from the box in front of the arm."""
+        u = torch.rand(count, 3, generator=generator)
+        return {"target": TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)}
 
     def observe(self) -> Obs:
         obs = self.proprio()
