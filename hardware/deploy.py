@@ -1,16 +1,19 @@
 """`robotrl-deploy run=<run dir> hardware=sim_twin`: a trained policy on a robot, through the bridge and shield.
 
     robotrl-sim-twin robot=panda &                                     # or a real robot's driver
-    robotrl-deploy run=runs/reach hardware=sim_twin episodes=3 +goal.target=[0.5,0.1,0.3]
+    robotrl-deploy run=runs/reach hardware=sim_twin episodes=3 +goal.target=[0.5,0.1,0.3]  # or drawn
     robotrl-deploy run=runs/reach hardware=panda duration=60 record=/data/session1
 
 The run's config names the simulated task the policy was trained on; its controller settings (control
 kind, step sizes, relative_frame, gripper, episode length) and observation layout are taken from it, and
 the robot env (hardware/robot_env.py) produces the same observation keys and shapes. Task entries a robot
 cannot measure come from `goal` (fixed values) and `relative_goal` (`goal - ee_pos`; `to_target` is
-inferred from `target`). The policy runs deterministically at the hardware config's policy rate; an exception in
-it, or a NaN action, sends nothing new (the shield holds). `record=<dir>` writes the session's joint
-states, commands and e-stop messages to a rosbag2 bag (MCAP storage, ROS 2 CDR) that `ros2 bag` reads.
+inferred from `target`); goals the task draws per episode (reach's target, push's goal around the puck)
+and not given are drawn at each reset as simulation draws them, and tracked objects are waited for in the
+task's start regions (`hardware.scene_timeout`). The policy runs deterministically at the hardware config's
+policy rate; an exception in it, or a NaN action, sends nothing new (the shield holds). `record=<dir>`
+writes the session's joint states, commands and e-stop messages to a rosbag2 bag (MCAP storage, ROS 2 CDR)
+that `ros2 bag` reads.
 A JSON summary (steps, shield corrections by kind, observation ages) is printed last.
 """
 
@@ -162,10 +165,40 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
             "score_reads": list(getattr(task, "score_reads", ())),
             # points fixed to the tool, as offsets in its frame measured in the scene (peg_insert's peg tip)
             "held": _held_offsets(env, task),
+            # where a person puts the objects back between episodes (the boxes reset_scene starts them in),
+            # and the goals drawn per episode as reset_scene draws them (around those objects where it does)
+            "start_regions": {name: [low.tolist(), high.tolist()] for name, (low, high) in task.start_regions.items()},
+            "drawn_goals": list(task.drawn_goals),
+            "draw_goals": task.draw_goals if task.drawn_goals else None,
         }
         return facts, dict(env.obs_spec), env.action_dim
     finally:
         env.close()
+
+
+def _drawn_goals(facts: dict, exclude: dict) -> dict[str, np.ndarray]:
+    """The goals the task draws per episode, other than those in `exclude`: name -> a first value (drawn with
+    the objects at their start regions' centres; each reset draws the episode's own)."""
+    names = [k for k in facts.get("drawn_goals", []) if k not in exclude]
+    if not names:
+        return {}
+    centres = {}
+    for name, (low, high) in facts.get("start_regions", {}).items():
+        centres[name] = torch.zeros(1, 3)
+        centres[name][0, : len(low)] = (torch.tensor(low) + torch.tensor(high)) / 2
+    drawn = facts["draw_goals"](1, centres, torch.Generator().manual_seed(0))
+    return {k: drawn[k][0].numpy() for k in names}
+
+
+def _goal_sampler(draw, names: list[str]):
+    """The robot env's goal sampler, {object: position [3]} -> {goal: value}, from the task's batched draw."""
+
+    def sample(objects: dict[str, np.ndarray], generator: torch.Generator) -> dict[str, np.ndarray]:
+        batch = {name: torch.as_tensor(at, dtype=torch.float32).reshape(1, 3) for name, at in objects.items()}
+        goals = draw(1, batch, generator)
+        return {key: goals[key][0].numpy() for key in names}
+
+    return sample
 
 
 def _held_offsets(env, task) -> dict[str, list[float]]:
@@ -192,7 +225,10 @@ def make_robot_env(
         raise ValueError(f"the policy was trained for robot {facts['robot']!r}, hardware.robot is {hw.robot!r}")
     if facts["cameras"]:
         hw.cameras, hw.image_size = facts["cameras"], facts["image_size"]
-    goal = {k: list(v) for k, v in (goal or {}).items()}
+    given = {k: list(v) for k, v in (goal or {}).items()}
+    # goals the task draws per episode that are not given: the robot env draws them at each reset
+    drawn = _drawn_goals(facts, exclude=given)
+    goal = {**{k: v.tolist() for k, v in drawn.items()}, **given}
     relative = dict(relative_goal or {})
     for key, base in KNOWN_RELATIVE.items():
         if key in obs_spec and key not in relative and key not in goal and base in goal:
@@ -207,9 +243,11 @@ def make_robot_env(
         if key in obs_spec and pair[0] in goal and pair[1] in held
     }
     unused_goals -= object_goals | {goal_name for goal_name, _ in held_relative.values()}
-    extra = sorted(unused_goals | (set(relative) - set(obs_spec)))
+    extra = sorted((unused_goals - set(drawn)) | (set(relative) - set(obs_spec)))
     if extra:
         raise ValueError(f"the policy does not observe {extra}; remove them from {goal_option}")
+    for key in unused_goals & set(drawn):  # drawn by the task for something this policy does not observe
+        del goal[key], drawn[key]
     env = RobotEnv(
         hw,
         control=facts["control"],
@@ -226,6 +264,8 @@ def make_robot_env(
         episode_steps=episode_steps or facts["episode_steps"],
         frame_stack=facts.get("frame_stack", 1),
         observe=list(obs_spec),
+        start_regions=facts.get("start_regions", {}),
+        goal_sampler=_goal_sampler(facts["draw_goals"], list(drawn)) if drawn else None,
     )
     try:
         spaces = env.observation_space.spaces

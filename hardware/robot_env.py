@@ -12,8 +12,15 @@ uses it), `goal` gives the task entries a robot cannot measure (a target, a hole
 `relative_goal` those that are `goal - ee_pos`; cameras give `pixels_<name>` ([3, S, S] uint8; a mono8
 camera's grey is repeated in the three channels); tracked objects (`objects`, a geometry_msgs/PoseStamped
 each from a motion-capture system or a fiducial detector) give `<name>_pos`, `<name>_quat`, `to_<name>` and
-`<name>_to_<goal>` (`object_entries`). Every
-observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
+`<name>_to_<goal>` (`object_entries`).
+
+Between episodes, once home, `reset()` waits (up to `scene_timeout`) for a person to put each tracked object
+with a `start_regions` box (the box the simulated task starts it in: push's puck, pick's cube) back in it and
+leave it still for `scene_settle`, and refuses by name (`SceneResetError`) when nobody does: no episode starts
+from a layout the policy never saw. A `goal_sampler` (the task's own `draw_goals`) then draws the episode's
+goals, as simulation does: reach's target from its box, push's goal around where the puck now is.
+
+Every observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
 step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
 `StaleObservationError` (`on_stale=raise`). Nor is an action whose observation has aged past
 `max_state_age` (its tracked poses past `max_object_age`, its camera frames past `max_image_age`) plus one
@@ -56,6 +63,7 @@ import gymnasium as gym
 import mujoco
 from robotrl.hardware.realtime import check_priority, lock_memory, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
+from robotrl.hardware.robot_vec_env import goal_box
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 from robotrl.hardware.ros2.qos import Durability, QoSProfile
 
@@ -87,12 +95,19 @@ def object_entries(objects: list[str], goals: dict[str, tuple[int, ...]]) -> dic
     return entries
 
 
+SETTLE_DISTANCE = 0.005  # m: an object that moves less than this while it settles is still
+
+
 class StaleObservationError(RuntimeError):
     """An observation was older than its age limit (on_stale=raise)."""
 
 
 class ResetTimeoutError(TimeoutError):
     """reset() did not reach the home pose within reset_timeout."""
+
+
+class SceneResetError(ResetTimeoutError):
+    """reset() found the tracked objects not back in their start regions within scene_timeout."""
 
 
 @dataclass
@@ -132,6 +147,10 @@ class RobotEnvConfig:
     # s: a pose whose header.stamp is further than this behind this machine's clock is stale too (a relay that
     # republishes an old pose arrives fresh); needs the clocks synchronised (chrony, PTP). 0: not checked
     max_object_stamp_age: float = 0.0
+    # s reset() waits, once home, for a person to put the tracked objects back in the task's start regions (and
+    # leave them: still for scene_settle s); 0: not checked. The episode's drawn goals follow where they are.
+    scene_timeout: float = 60.0
+    scene_settle: float = 0.5
     connect_timeout: float = 10.0  # s to wait for the first joint state
     reset_tolerance: float = 0.02  # rad: home reached when every joint is this close...
     reset_velocity: float = 0.05  # rad/s: ...and this slow
@@ -148,6 +167,7 @@ class RobotEnvConfig:
             "max_state_age",
             "max_image_age",
             "max_object_age",
+            "scene_settle",
             "connect_timeout",
         ):
             value = getattr(self, name)
@@ -172,6 +192,9 @@ class RobotEnvConfig:
                 "hardware.max_object_stamp_age must be >= 0 seconds (0: not checked), got "
                 f"{self.max_object_stamp_age!r}"
             )
+        timeout = self.scene_timeout
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
+            raise ValueError(f"hardware.scene_timeout must be >= 0 seconds (0: not checked), got {timeout!r}")
         for name in ("reset_tolerance", "reset_velocity", "reset_timeout", "close_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"hardware.{name} must be > 0, got {getattr(self, name)!r}")
@@ -309,6 +332,8 @@ class RobotEnv(gym.Env):
         gripper_hold: float | None = None,
         held: dict[str, list[float]] | None = None,
         held_relative: dict[str, list[str]] | None = None,
+        start_regions: dict[str, list[list[float]]] | None = None,
+        goal_sampler: Callable[[dict[str, np.ndarray], torch.Generator], dict[str, np.ndarray]] | None = None,
     ):
         cfg.validate()
         if not (isinstance(frame_stack, int) and frame_stack >= 1):
@@ -411,6 +436,16 @@ class RobotEnv(gym.Env):
         ignored = sorted(set(cfg.objects) - set(self.tracked_objects))
         if ignored:
             log.info("robot env: the policy observes nothing of tracked objects %s; not listening to them", ignored)
+        # objects a person puts back between episodes: name -> (low, high) of its position's first coordinates
+        regions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for name, box in (start_regions or {}).items():
+            low, high = regions[name] = goal_box(f"start_regions.{name}", box)
+            if not (1 <= low.size <= 3 and np.isfinite(low).all() and np.isfinite(high).all()):
+                raise ValueError(f"start_regions.{name} must bound 1 to 3 coordinates with finite corners, got {box}")
+        self.start_regions = {name: box for name, box in regions.items() if name in self.tracked_objects}
+        self.goal_sampler, self.drawn_goals = goal_sampler, self._check_goal_sampler(goal_sampler, regions)
+        self._goal_generator = torch.Generator()
+        self._goal_generator.seed()  # not the same goals in every session; reset(seed=...) makes them repeatable
 
         # state shared with the control thread and the bridge's callbacks (an e-stop may arrive as soon as its
         # subscription exists), under _lock
@@ -702,10 +737,10 @@ class RobotEnv(gym.Env):
                 return f"{what} is {age * 1e3:.1f} ms old (hardware.{setting} {limit * 1e3:.0f} ms + a period)"
         return None
 
-    def _object_pose(self, sub) -> tuple[tuple[np.ndarray, np.ndarray], float, str | None]:
+    def _object_pose(self, sub, count: bool = True) -> tuple[tuple[np.ndarray, np.ndarray], float, str | None]:
         """(position, wxyz orientation) of the newest pose on `sub`, when it arrived (monotonic), and what
         keeps it from being acted on (None: fresh and valid). Observations built on a pose that is not one
-        (NaN, a zero quaternion, another frame) are counted in `bad_object_pose`."""
+        (NaN, a zero quaternion, another frame) are counted in `bad_object_pose` (with `count`)."""
         from robotrl.hardware.ros2.tensors import pose_tensors, time_seconds
 
         unknown = (np.zeros(3, np.float32), np.array([1.0, 0.0, 0.0, 0.0], np.float32))
@@ -721,15 +756,93 @@ class RobotEnv(gym.Env):
                 return unknown, received.received_at, f"pose stamped {behind * 1e3:.0f} ms before now"
         frame = received.msg.header.frame_id
         if self.cfg.object_frame and frame != self.cfg.object_frame:
-            self.stats["bad_object_pose"] += 1
+            self.stats["bad_object_pose"] += count
             problem = f"pose in frame {frame!r}, not hardware.object_frame {self.cfg.object_frame!r}"
             return unknown, received.received_at, problem
         try:
             position, quat = pose_tensors(received.msg, torch.float32)
         except ValueError as error:
-            self.stats["bad_object_pose"] += 1
+            self.stats["bad_object_pose"] += count
             return unknown, received.received_at, str(error)
         return (position.numpy(), quat.numpy()), received.received_at, None
+
+    # -- the scene between episodes ---------------------------------------------------------------------
+    def _check_goal_sampler(self, sampler: Callable | None, regions: dict) -> list[str]:
+        """The goals `sampler` draws (each one a goal of this env, with its shape), tried once with the objects
+        at their start regions' centres."""
+        if sampler is None:
+            return []
+        centres = {name: np.zeros(3, np.float32) for name in [*self.tracked_objects, *regions]}
+        for name, (low, high) in regions.items():
+            centres[name][: low.size] = (low + high) / 2
+        try:
+            drawn = sampler(centres, torch.Generator().manual_seed(0))
+        except KeyError as error:
+            name = error.args[0]
+            raise ValueError(f"the goal sampler draws around object {name!r}, which has no start region") from None
+        for key, value in drawn.items():
+            if key not in self.goal or np.shape(value) != self.goal[key].shape:
+                have = self.goal[key].shape if key in self.goal else "no such goal"
+                raise ValueError(f"the goal sampler draws {key!r} of shape {np.shape(value)}; the env has {have}")
+        return sorted(drawn)
+
+    def _wait_for_scene(self) -> dict[str, np.ndarray]:
+        """Wait (the arm held at home) until every object with a start region has a fresh pose inside it and
+        has stayed still there (within SETTLE_DISTANCE) for scene_settle; return their positions. A person
+        resets the scene between robot episodes: this is where a robot env waits for them."""
+        cfg, period = self.cfg, 1.0 / self.cfg.policy_rate_hz
+        deadline = time.monotonic() + cfg.scene_timeout
+        still_since: dict[str, tuple[np.ndarray, float]] = {}  # object -> (where it came to rest, since when)
+        told = False
+        while True:
+            now, waiting, positions = time.monotonic(), [], {}
+            for name, (low, high) in self.start_regions.items():
+                (position, _), _, problem = self._object_pose(self._object_poses[name], count=False)
+                at = position[: low.size]
+                inside = problem is None and bool(((at >= low) & (at <= high)).all())
+                if not inside:
+                    still_since.pop(name, None)
+                    where = problem or f"at {np.round(at.astype(float), 3).tolist()}"
+                    box = f"{np.round(low.astype(float), 3).tolist()}..{np.round(high.astype(float), 3).tolist()}"
+                    waiting.append(f"{name} {where}, not in its start region {box}")
+                    continue
+                rest = still_since.get(name)
+                if rest is None or np.linalg.norm(position - rest[0]) > SETTLE_DISTANCE:
+                    rest = still_since[name] = (position, now)
+                if now - rest[1] < cfg.scene_settle:
+                    waiting.append(f"{name} placed but not yet still for {cfg.scene_settle} s")
+                positions[name] = position
+            if not waiting:
+                return positions
+            if now > deadline:
+                raise SceneResetError(
+                    f"the scene was not reset within hardware.scene_timeout {cfg.scene_timeout} s: "
+                    + "; ".join(waiting)
+                    + " (put each object back in its start region, the box the simulated task starts it in)"
+                )
+            if not told:
+                told = True
+                log.warning("robot env reset: waiting up to %.0f s for the scene: %s", cfg.scene_timeout, waiting)
+            time.sleep(period)
+
+    def _draw_goals(self, positions: dict[str, np.ndarray] | None) -> None:
+        """This episode's goals, drawn as the simulated task draws them, around where the objects are."""
+        if positions is None:  # the scene was not checked: wherever the objects are now
+            positions = {}
+            for name in self.tracked_objects:
+                (position, _), _, problem = self._object_pose(self._object_poses[name], count=False)
+                if problem is None:
+                    positions[name] = position
+        try:
+            drawn = self.goal_sampler(positions, self._goal_generator)
+        except KeyError as error:
+            raise SceneResetError(
+                f"the episode's goals are drawn around object {error.args[0]!r}, which has no fresh pose"
+            ) from None
+        for key in self.drawn_goals:
+            self.goal[key] = np.asarray(drawn[key], np.float32)
+        goals = {key: np.round(self.goal[key], 3).tolist() for key in self.drawn_goals}
+        log.info("robot env reset: this episode's goals %s", goals)
 
     def _stack_frames(self, obs: dict[str, np.ndarray], fresh: bool) -> dict[str, np.ndarray]:
         """Pixel entries as the last `frame_stack` frames on the channel axis; at an episode's start the first
@@ -826,6 +939,11 @@ class RobotEnv(gym.Env):
                     + (f", shield latched: {latched}" if latched else "")
                     + (", joint state stale" if not fresh else "")
                 )
+        if seed is not None:
+            self._goal_generator.manual_seed(seed)
+        positions = self._wait_for_scene() if self.start_regions and cfg.scene_timeout > 0 else None
+        if self.goal_sampler is not None:
+            self._draw_goals(positions)
         self._take_info()
         obs, info = self._observe()
         obs = self._stack_frames(obs, fresh=True)

@@ -11,8 +11,10 @@ through the shield; this adds what a learner needs and a robot does not measure 
   needs state no observation holds (pick: the fingers' contacts), or the policy observes pixels, it is
   `reward=classifier`: the learned reward classifier (`hil.reward_classifier`, on camera frames, as
   HIL-SERL does) wraps this env and replaces both.
-- **A goal per episode**, drawn uniformly from `goal_range` (the box the simulated task samples from), so the
-  policy keeps seeing the spread of goals it was trained on; the seed makes the sequence reproducible.
+- **A goal per episode**, so the policy keeps seeing the spread of goals it was trained on: the robot env
+  draws the task's goals at each reset as the simulated task does (reach's target from its box, push's goal
+  around the measured puck); `goal_range` replaces that with a box of one's own, drawn uniformly, and
+  `goal` fixes a goal. The seed makes the sequence reproducible.
 - **Honest transitions.** An observation that arrives stale (the shield held; the action may not have run
   as recorded), or an action computed too late to be sent, ends the episode as truncated, so no transition
   claims a result its action did not have; the next reset waits for fresh joint states and moves home
@@ -153,23 +155,13 @@ class ActorRobotConfig:
     # auto: classifier if hil.reward_classifier, else task where the task scores from what the policy observes
     reward: str = "auto"  # auto | goal_distance | task | classifier
     goal: dict[str, list[float]] = field(default_factory=dict)  # fixed goals, e.g. +robot.goal.target=[0.5,0,0.3]
-    goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # per-episode goals; {}: the task's box
+    goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # per-episode boxes; {}: the task's draw
 
     def validate(self) -> None:
         if self.reward not in ("auto", *REWARDS):
             raise ValueError(f"robot.reward must be one of auto, {', '.join(REWARDS)}, got {self.reward!r}")
         for key, box in self.goal_range.items():
             goal_box(f"robot.goal_range.{key}", box)
-
-
-def task_goal_ranges(task_name: str) -> dict[str, list[list[float]]]:
-    """The box each goal of a simulated task is drawn from, where a robot can use it as is (a goal in free
-    space; an object's pose is not something the actor can choose)."""
-    if task_name == "panda_reach":
-        from robotrl.tasks.panda_reach import TARGET_HIGH, TARGET_LOW
-
-        return {"target": [TARGET_LOW.tolist(), TARGET_HIGH.tolist()]}
-    return {}
 
 
 def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, classifier: bool) -> RobotVecEnv:
@@ -199,7 +191,7 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
             "hil.reward_classifier=<dir> (a classifier on camera frames)"
         )
     given = {k: [list(map(float, b)) for b in v] for k, v in robot.goal_range.items()}
-    goal_range = {**task_goal_ranges(task_cfg.name), **given}
+    goal_range = dict(given)  # the rest the robot env draws at each reset as the task does (reach, push)
     goal = {k: list(v) for k, v in robot.goal.items()}
     for key in [*given, *goal]:
         if key not in obs_spec:

@@ -257,6 +257,7 @@ class SimTwin:
                 )
             self._object_bodies[name] = body
         self.object_poses = 0  # pose messages published
+        self._placements: dict[str, np.ndarray] = {}  # object -> position to put it at before the next step
         self._object_every = max(1, round(cfg.rate_hz / cfg.object_rate_hz))  # control periods per pose
 
         from robotrl.hardware.ros2 import make_bridge
@@ -441,6 +442,12 @@ class SimTwin:
             self.data.ctrl[self._actuators] = self._setpoint
             if self._gripper_target is not None:
                 self.data.ctrl[self._gripper_actuator] = self._gripper_target
+            placements, self._placements = self._placements, {}
+        for name, position in placements.items():
+            joint = self.model.body_jntadr[self._object_bodies[name]]
+            qpos, dof = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
+            self.data.qpos[qpos : qpos + 3] = position
+            self.data.qvel[dof : dof + 6] = 0.0
         for _ in range(self.substeps):
             mujoco.mj_step(self.model, self.data)
         self.publish_joint_state()
@@ -449,6 +456,20 @@ class SimTwin:
         self.periods += 1
         if self._cameras is not None:
             self._cameras.offer(self.data)
+
+    def place_object(self, name: str, position) -> None:
+        """Put tracked object `name` (a free body) at `position` [x, y, z] at rest, keeping its orientation,
+        before the next physics step: what a person does between robot episodes."""
+        if name not in self._object_bodies:
+            raise KeyError(f"place_object: {name!r} is not a tracked object (objects: {list(self._object_bodies)})")
+        joint = self.model.body_jntadr[self._object_bodies[name]]
+        if joint < 0 or self.model.jnt_type[joint] != mujoco.mjtJoint.mjJNT_FREE:
+            raise ValueError(f"place_object: body {name!r} is not free to move (no free joint)")
+        position = np.asarray(position, dtype=np.float64)
+        if position.shape != (3,) or not np.isfinite(position).all():
+            raise ValueError(f"place_object: {name!r} needs a finite [x, y, z], got {position.tolist()}")
+        with self._command_lock:
+            self._placements[name] = position
 
     def publish_joint_state(self) -> None:
         data = self.data

@@ -144,8 +144,17 @@ def test_deploy_refuses_a_policy_whose_observations_the_robot_cannot_give(run_di
     _, _, obs_spec, action_dim, facts = load_policy(run_dir)
     assert facts["control"] == "ee_delta" and set(obs_spec) >= {"arm_qpos", "target", "to_target"}
     cfg = DeployConfig(run=str(run_dir), hardware=RobotEnvConfig(domain_id=187))
-    with pytest.raises(ValueError, match=r"observes \['target', 'to_target'\].*\+goal\.target=\[x,y,z\]"):
-        make_robot_env(cfg.hardware, obs_spec, action_dim, facts, cfg.goal)
+    # reach's target is not measured: given (+goal.target) it is fixed, else drawn each episode as in training
+    env = make_robot_env(cfg.hardware, obs_spec, action_dim, facts, cfg.goal)
+    try:
+        assert env.drawn_goals == ["target"] and env.relative_goal == {"to_target": "target"}
+    finally:
+        env.close()
+    env = make_robot_env(cfg.hardware, obs_spec, action_dim, facts, {"target": [0.5, 0.0, 0.3]})
+    try:
+        assert env.drawn_goals == [] and env.goal["target"].tolist() == pytest.approx([0.5, 0.0, 0.3])
+    finally:
+        env.close()
     with pytest.raises(FileNotFoundError, match="not a robotrl run directory"):
         load_policy(run_dir / "nope")
     proc = run_module("robotrl.hardware.deploy", f"run={run_dir}", "hardware.on_stale=maybe", check=False, timeout=60)
@@ -231,7 +240,7 @@ def test_a_relative_frame_task_deploys_with_relative_frame_actions():
             env.close()
 
 
-def test_a_push_policy_deploys_with_the_puck_tracked_and_its_goal_given(tmp_path):
+def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
     """panda_push observes the puck: deployment names the tracking to set up, then runs the policy on the twin
     (panda_push's scene, the puck's pose published as a motion-capture system would) and records the poses."""
     from robotrl.hardware.deploy import load_policy
@@ -245,15 +254,19 @@ def test_a_push_policy_deploys_with_the_puck_tracked_and_its_goal_given(tmp_path
     shield = {"hold_after": 5 / RATE, "workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
     hardware = RobotEnvConfig(domain_id=212, control_rate_hz=RATE, shield=shield)
     hint = (
-        r"observes \['goal', 'puck_pos', 'puck_to_goal', 'to_puck'\], which the robot does not measure: "
+        r"observes \['puck_pos', 'puck_to_goal', 'to_puck'\], which the robot does not measure: "
         r"track \['puck'\] with hardware\.objects=\[puck\] \(a geometry_msgs/PoseStamped each, in the arm's base "
-        r"frame, on /objects/puck/pose\); give \+goal\.goal=\[x,y\]$"
+        r"frame, on /objects/puck/pose\)$"
     )
-    with pytest.raises(ValueError, match=hint):
+    with pytest.raises(ValueError, match=hint):  # the goal is not asked for: it is drawn around the puck
         make_robot_env(hardware, obs_spec, action_dim, facts)
     hardware.objects = ["puck"]
-    with pytest.raises(ValueError, match=r"observes \['goal', 'puck_to_goal'\].*: give \+goal\.goal=\[x,y\]$"):
-        make_robot_env(hardware, obs_spec, action_dim, facts)
+    env = make_robot_env(hardware, obs_spec, action_dim, facts)
+    try:  # each reset waits for the puck in push's start box and draws the goal around it, as simulation does
+        assert env.drawn_goals == ["goal"] and list(env.start_regions) == ["puck"]
+        np.testing.assert_allclose(np.stack(env.start_regions["puck"]), [[0.40, -0.15], [0.55, 0.15]], atol=1e-6)
+    finally:
+        env.close()
 
     twin_cfg = SimTwinConfig(
         rate_hz=RATE, domain_id=212, report_interval=0, model=str(ASSETS / "panda_push.xml"), objects=["puck"]

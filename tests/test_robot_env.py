@@ -4,7 +4,7 @@ twin makes the shield brake within two periods, camera frames become pixel obser
 out-of-range actions never reach the command topic, every e-stop press latches (short ones, latched and
 default-QoS publishers), relative_frame actions move the tool as in simulation, a tracked object's pose gives
 a task's object entries (and one missing, old or not a pose is never acted on). Each test has its own ROS 2
-domain id (181-185, 188, 191, 192, 196, 200-207, 210, 211)."""
+domain id (181-185, 188, 191, 192, 196, 200-207, 210, 211, 218)."""
 
 import math
 import subprocess
@@ -686,3 +686,64 @@ def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
         finally:
             env.close()
             tracker.close()
+
+
+def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_it():
+    """Between robot episodes a person puts the puck back. Reset, once home, waits for it inside push's start
+    box and still there, refuses by name when it is not within scene_timeout, and draws the episode's goal
+    around where the puck is, as simulation draws it (10-20 cm away, inside the goal box)."""
+    from types import SimpleNamespace
+
+    from robotrl.hardware.deploy import make_robot_env, task_facts
+    from robotrl.hardware.robot_env import SceneResetError
+    from robotrl.tasks.configs import ArmTaskConfig
+    from robotrl.tasks.panda_push import GOAL_XY_HIGH, GOAL_XY_LOW
+
+    facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=ArmTaskConfig(name="panda_push"), agent=None))
+    twin_cfg = SimTwinConfig(
+        rate_hz=RATE, domain_id=218, report_interval=0, model=str(ASSETS / "panda_push.xml"), objects=["puck"]
+    )
+    twin = SimTwin(twin_cfg)
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    hardware = RobotEnvConfig(domain_id=218, control_rate_hz=RATE, connect_timeout=5.0, reset_timeout=10.0)
+    hardware.shield = {**WORKSPACE, "hold_after": HOLD_AFTER}
+    hardware.objects, hardware.scene_timeout, hardware.scene_settle = ["puck"], 1.0, 0.2
+    env = make_robot_env(hardware, obs_spec, action_dim, facts)
+    try:
+        twin.place_object("puck", [0.70, 0.0, 0.02])  # left where a push ended, beyond the start box
+        start = time.monotonic()
+        region = r"not in its start region \[0\.4, -0\.15\]\.\.\[0\.55, 0\.15\]"
+        with pytest.raises(SceneResetError, match=rf"scene_timeout 1\.0 s: puck at \[0\.7\d*, -?0\.0\d*\], {region}"):
+            env.reset()
+        assert time.monotonic() - start >= 1.0
+
+        def put_back() -> None:
+            time.sleep(0.5)
+            twin.place_object("puck", [0.50, -0.10, 0.02])
+
+        hardware.scene_timeout = 5.0
+        person = threading.Thread(target=put_back)
+        person.start()
+        start = time.monotonic()
+        obs, info = env.reset(seed=3)  # waits for the person, then for the puck to settle
+        person.join()
+        assert time.monotonic() - start >= 0.5 + hardware.scene_settle and info["stale_observation"] == 0
+        np.testing.assert_allclose(obs["puck_pos"][:2], [0.50, -0.10], atol=3e-3)
+        goals = [obs["goal"]]
+        for seed in (3, 4):
+            obs, _ = env.reset(seed=seed)  # the puck stays put: no waiting beyond the settle time
+            goals.append(obs["goal"])
+        np.testing.assert_array_equal(goals[0], goals[1])  # a seed repeats its goal; another draws another
+        assert not np.allclose(goals[1], goals[2])
+        for goal in goals:
+            assert 0.1 - 3e-3 <= np.linalg.norm(goal - np.array([0.50, -0.10])) <= 0.2 + 3e-3, goal
+            assert (goal >= GOAL_XY_LOW.numpy() - 1e-6).all() and (goal <= GOAL_XY_HIGH.numpy() + 1e-6).all()
+        np.testing.assert_allclose(obs["puck_to_goal"], obs["goal"] - obs["puck_pos"][:2], atol=1e-6)
+        with pytest.raises(KeyError, match="'cube' is not a tracked object"):
+            twin.place_object("cube", [0.5, 0.0, 0.02])
+    finally:
+        env.close()
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
