@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, object_entries, subscribe_estop
+from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError, object_entries, subscribe_estop
 
 log = logging.getLogger(__name__)
 
@@ -367,7 +367,13 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
         device = agent.device
         agent.reset_evaluation(1)
         while episodes < cfg.episodes and not stop.is_set():
-            obs, _ = env.reset()
+            try:
+                obs, _ = env.reset(options={"cancel": stop})
+            except SceneResetError as error:  # nobody put the objects back: the session ends, its summary kept
+                if not stop.is_set():
+                    log.error("deploy: %s", error)
+                    summary["ended"] = str(error)
+                break
             while True:
                 try:
                     batch = {k: torch.as_tensor(v).unsqueeze(0).to(device) for k, v in obs.items()}

@@ -786,10 +786,11 @@ class RobotEnv(gym.Env):
                 raise ValueError(f"the goal sampler draws {key!r} of shape {np.shape(value)}; the env has {have}")
         return sorted(drawn)
 
-    def _wait_for_scene(self) -> dict[str, np.ndarray]:
+    def _wait_for_scene(self, cancel: threading.Event | None = None) -> dict[str, np.ndarray]:
         """Wait (the arm held at home) until every object with a start region has a fresh pose inside it and
         has stayed still there (within SETTLE_DISTANCE) for scene_settle; return their positions. A person
-        resets the scene between robot episodes: this is where a robot env waits for them."""
+        resets the scene between robot episodes: this is where a robot env waits for them (or until `cancel`
+        is set: `reset(options={"cancel": event})`, a deployment's Ctrl-C)."""
         cfg, period = self.cfg, 1.0 / self.cfg.policy_rate_hz
         deadline = time.monotonic() + cfg.scene_timeout
         still_since: dict[str, tuple[np.ndarray, float]] = {}  # object -> (where it came to rest, since when)
@@ -814,6 +815,8 @@ class RobotEnv(gym.Env):
                 positions[name] = position
             if not waiting:
                 return positions
+            if cancel is not None and cancel.is_set():
+                raise SceneResetError("reset cancelled while waiting for the scene: " + "; ".join(waiting))
             if now > deadline:
                 raise SceneResetError(
                     f"the scene was not reset within hardware.scene_timeout {cfg.scene_timeout} s: "
@@ -941,7 +944,8 @@ class RobotEnv(gym.Env):
                 )
         if seed is not None:
             self._goal_generator.manual_seed(seed)
-        positions = self._wait_for_scene() if self.start_regions and cfg.scene_timeout > 0 else None
+        cancel = (options or {}).get("cancel")  # a threading.Event that ends the wait for the scene early
+        positions = self._wait_for_scene(cancel) if self.start_regions and cfg.scene_timeout > 0 else None
         if self.goal_sampler is not None:
             self._draw_goals(positions)
         self._take_info()

@@ -6,6 +6,7 @@ Domain ids 186-189, 208, 209, 212, 216; peg_insert's held peg tip by forward kin
 """
 
 import json
+import re
 import threading
 import time
 
@@ -286,6 +287,12 @@ def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
         )
         summary = run(cfg)
         fingers = twin.data.qpos[twin._qpos[len(twin.joint_names) :]].copy()
+        # the puck left beyond push's start box and nobody puts it back: the session ends with its summary
+        twin.place_object("puck", [0.70, 0.0, 0.02])
+        hardware.scene_timeout = 0.5
+        ended = run(DeployConfig(run=str(run_dir), hardware=hardware, episodes=1))
+        assert ended["episodes"] == ended["steps"] == 0
+        assert re.search(r"scene_timeout 0\.5 s: puck at \[0\.7\d*, .*not in its start region", ended["ended"])
     finally:
         twin.stop()
         thread.join(timeout=5)

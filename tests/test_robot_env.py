@@ -717,6 +717,13 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
         with pytest.raises(SceneResetError, match=rf"scene_timeout 1\.0 s: puck at \[0\.7\d*, -?0\.0\d*\], {region}"):
             env.reset()
         assert time.monotonic() - start >= 1.0
+        cancel = threading.Event()  # a deployment's Ctrl-C ends the wait at once, not after scene_timeout
+        hardware.scene_timeout = 30.0
+        threading.Timer(0.3, cancel.set).start()
+        start = time.monotonic()
+        with pytest.raises(SceneResetError, match=r"reset cancelled while waiting for the scene: puck at \[0\.7"):
+            env.reset(options={"cancel": cancel})
+        assert time.monotonic() - start < 5.0
 
         def put_back() -> None:
             time.sleep(0.5)
