@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError, object_entries, subscribe_estop
 
+from robotrl.runtime.env import EnvCancelled
+
 log = logging.getLogger(__name__)
 
 # Observation entries that are a goal minus the tool point, by the goal they are relative to.
@@ -176,20 +178,6 @@ def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
         env.close()
 
 
-def _drawn_goals(facts: dict, exclude: dict) -> dict[str, np.ndarray]:
-    """The goals the task draws per episode, other than those in `exclude`: name -> a first value (drawn with
-    the objects at their start regions' centres; each reset draws the episode's own)."""
-    names = [k for k in facts.get("drawn_goals", []) if k not in exclude]
-    if not names:
-        return {}
-    centres = {}
-    for name, (low, high) in facts.get("start_regions", {}).items():
-        centres[name] = torch.zeros(1, 3)
-        centres[name][0, : len(low)] = (torch.tensor(low) + torch.tensor(high)) / 2
-    drawn = facts["draw_goals"](1, centres, torch.Generator().manual_seed(0))
-    return {k: drawn[k][0].numpy() for k in names}
-
-
 def _goal_sampler(draw, names: list[str]):
     """The robot env's goal sampler, {object: position [3]} -> {goal: value}, from the task's batched draw."""
 
@@ -226,9 +214,10 @@ def make_robot_env(
     if facts["cameras"]:
         hw.cameras, hw.image_size = facts["cameras"], facts["image_size"]
     given = {k: list(v) for k, v in (goal or {}).items()}
-    # goals the task draws per episode that are not given: the robot env draws them at each reset
-    drawn = _drawn_goals(facts, exclude=given)
-    goal = {**{k: v.tolist() for k, v in drawn.items()}, **given}
+    # goals the task draws per episode that are not given and the policy observes: the robot env draws them at
+    # each reset (zeros until it has drawn its first)
+    drawn = [k for k in facts.get("drawn_goals", []) if k not in given and k in obs_spec]
+    goal = {**{k: [0.0] * obs_spec[k].shape[0] for k in drawn}, **given}
     relative = dict(relative_goal or {})
     for key, base in KNOWN_RELATIVE.items():
         if key in obs_spec and key not in relative and key not in goal and base in goal:
@@ -243,11 +232,9 @@ def make_robot_env(
         if key in obs_spec and pair[0] in goal and pair[1] in held
     }
     unused_goals -= object_goals | {goal_name for goal_name, _ in held_relative.values()}
-    extra = sorted((unused_goals - set(drawn)) | (set(relative) - set(obs_spec)))
+    extra = sorted(unused_goals | (set(relative) - set(obs_spec)))
     if extra:
         raise ValueError(f"the policy does not observe {extra}; remove them from {goal_option}")
-    for key in unused_goals & set(drawn):  # drawn by the task for something this policy does not observe
-        del goal[key], drawn[key]
     env = RobotEnv(
         hw,
         control=facts["control"],
@@ -265,7 +252,7 @@ def make_robot_env(
         frame_stack=facts.get("frame_stack", 1),
         observe=list(obs_spec),
         start_regions=facts.get("start_regions", {}),
-        goal_sampler=_goal_sampler(facts["draw_goals"], list(drawn)) if drawn else None,
+        goal_sampler=_goal_sampler(facts["draw_goals"], drawn) if drawn else None,
     )
     try:
         spaces = env.observation_space.spaces
@@ -369,10 +356,11 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
         while episodes < cfg.episodes and not stop.is_set():
             try:
                 obs, _ = env.reset(options={"cancel": stop})
+            except EnvCancelled:  # Ctrl-C while waiting for the scene
+                break
             except SceneResetError as error:  # nobody put the objects back: the session ends, its summary kept
-                if not stop.is_set():
-                    log.error("deploy: %s", error)
-                    summary["ended"] = str(error)
+                log.error("deploy: %s", error)
+                summary["ended"] = str(error)
                 break
             while True:
                 try:

@@ -17,8 +17,10 @@ each from a motion-capture system or a fiducial detector) give `<name>_pos`, `<n
 Between episodes, once home, `reset()` waits (up to `scene_timeout`) for a person to put each tracked object
 with a `start_regions` box (the box the simulated task starts it in: push's puck, pick's cube) back in it and
 leave it still for `scene_settle`, and refuses by name (`SceneResetError`) when nobody does: no episode starts
-from a layout the policy never saw. A `goal_sampler` (the task's own `draw_goals`) then draws the episode's
-goals, as simulation does: reach's target from its box, push's goal around where the puck now is.
+from a layout the policy never saw (`reset(options={"cancel": event})` ends the wait early: `EnvCancelled`).
+A shield latched meanwhile (an e-stop pressed at the table) refuses the reset until acknowledged. A
+`goal_sampler` (the task's own `draw_goals`) then draws the episode's goals, as simulation does: reach's
+target from its box, push's goal around where the puck now is.
 
 Every observation's age is checked (time since the newest message arrived): a stale one is never acted on; the
 step sends no command (the shield holds) and reports `stale_observation` in `info`, or raises
@@ -67,6 +69,7 @@ from robotrl.hardware.robot_vec_env import goal_box
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 from robotrl.hardware.ros2.qos import Durability, QoSProfile
 
+from robotrl.runtime.env import EnvCancelled
 from robotrl.safety import EStopLatchedError, Shield, ShieldConfig, ShieldResetError
 
 log = logging.getLogger(__name__)
@@ -195,6 +198,11 @@ class RobotEnvConfig:
         timeout = self.scene_timeout
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
             raise ValueError(f"hardware.scene_timeout must be >= 0 seconds (0: not checked), got {timeout!r}")
+        if 0 < timeout < self.scene_settle:
+            raise ValueError(
+                f"hardware.scene_timeout ({timeout} s) is shorter than scene_settle ({self.scene_settle} s): no "
+                "scene could ever be ready in time"
+            )
         for name in ("reset_tolerance", "reset_velocity", "reset_timeout", "close_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"hardware.{name} must be > 0, got {getattr(self, name)!r}")
@@ -769,7 +777,7 @@ class RobotEnv(gym.Env):
     # -- the scene between episodes ---------------------------------------------------------------------
     def _check_goal_sampler(self, sampler: Callable | None, regions: dict) -> list[str]:
         """The goals `sampler` draws (each one a goal of this env, with its shape), tried once with the objects
-        at their start regions' centres."""
+        at their start regions' centres; those first values stand until reset() draws the episode's."""
         if sampler is None:
             return []
         centres = {name: np.zeros(3, np.float32) for name in [*self.tracked_objects, *regions]}
@@ -784,66 +792,68 @@ class RobotEnv(gym.Env):
             if key not in self.goal or np.shape(value) != self.goal[key].shape:
                 have = self.goal[key].shape if key in self.goal else "no such goal"
                 raise ValueError(f"the goal sampler draws {key!r} of shape {np.shape(value)}; the env has {have}")
+            self.goal[key] = np.asarray(value, np.float32)  # a plausible value until reset() draws the episode's
         return sorted(drawn)
 
     def _wait_for_scene(self, cancel: threading.Event | None = None) -> dict[str, np.ndarray]:
-        """Wait (the arm held at home) until every object with a start region has a fresh pose inside it and
-        has stayed still there (within SETTLE_DISTANCE) for scene_settle; return their positions. A person
-        resets the scene between robot episodes: this is where a robot env waits for them (or until `cancel`
-        is set: `reset(options={"cancel": event})`, a deployment's Ctrl-C)."""
+        """Wait (the arm held at home) until the objects the episode starts from are ready; their positions.
+
+        With `scene_timeout` > 0, every tracked object with a start region must have a fresh pose inside it
+        and stay still there (within SETTLE_DISTANCE) for `scene_settle`: a person resets the scene between
+        robot episodes, and this is where a robot env waits for them. Objects the goal sampler draws around
+        need a fresh pose (within `reset_timeout` when the scene is not checked). `cancel` (an Event, set by a
+        session's Ctrl-C: `reset(options={"cancel": event})`) ends the wait with EnvCancelled."""
         cfg, period = self.cfg, 1.0 / self.cfg.policy_rate_hz
-        deadline = time.monotonic() + cfg.scene_timeout
+        regions = self.start_regions if cfg.scene_timeout > 0 else {}
+        needed = [*regions, *(n for n in self.tracked_objects if n not in regions and self.goal_sampler)]
+        setting, timeout = ("scene_timeout", cfg.scene_timeout) if regions else ("reset_timeout", cfg.reset_timeout)
+        deadline = time.monotonic() + timeout
         still_since: dict[str, tuple[np.ndarray, float]] = {}  # object -> (where it came to rest, since when)
         told = False
         while True:
-            now, waiting, positions = time.monotonic(), [], {}
-            for name, (low, high) in self.start_regions.items():
+            now, missing, settling, positions = time.monotonic(), [], [], {}
+            for name in needed:
                 (position, _), _, problem = self._object_pose(self._object_poses[name], count=False)
-                at = position[: low.size]
-                inside = problem is None and bool(((at >= low) & (at <= high)).all())
-                if not inside:
+                if problem is None and name in regions:
+                    low, high = regions[name]
+                    at = position[: low.size]
+                    if not ((at >= low) & (at <= high)).all():
+                        box = f"{np.round(low.astype(float), 3).tolist()}..{np.round(high.astype(float), 3).tolist()}"
+                        problem = f"at {np.round(at.astype(float), 3).tolist()}, not in its start region {box}"
+                if problem is not None:
                     still_since.pop(name, None)
-                    where = problem or f"at {np.round(at.astype(float), 3).tolist()}"
-                    box = f"{np.round(low.astype(float), 3).tolist()}..{np.round(high.astype(float), 3).tolist()}"
-                    waiting.append(f"{name} {where}, not in its start region {box}")
+                    missing.append(f"{name} {problem}")
                     continue
-                rest = still_since.get(name)
-                if rest is None or np.linalg.norm(position - rest[0]) > SETTLE_DISTANCE:
-                    rest = still_since[name] = (position, now)
-                if now - rest[1] < cfg.scene_settle:
-                    waiting.append(f"{name} placed but not yet still for {cfg.scene_settle} s")
+                if name in regions:
+                    rest = still_since.get(name)
+                    if rest is None or np.linalg.norm(position - rest[0]) > SETTLE_DISTANCE:
+                        rest = still_since[name] = (position, now)
+                    if now - rest[1] < cfg.scene_settle:
+                        settling.append(f"{name} placed but not yet still for {cfg.scene_settle} s")
                 positions[name] = position
-            if not waiting:
+            if not missing and not settling:
                 return positions
             if cancel is not None and cancel.is_set():
-                raise SceneResetError("reset cancelled while waiting for the scene: " + "; ".join(waiting))
+                raise EnvCancelled("reset cancelled while waiting for the scene: " + "; ".join(missing + settling))
             if now > deadline:
                 raise SceneResetError(
-                    f"the scene was not reset within hardware.scene_timeout {cfg.scene_timeout} s: "
-                    + "; ".join(waiting)
-                    + " (put each object back in its start region, the box the simulated task starts it in)"
+                    f"the scene was not ready within hardware.{setting} {timeout} s: "
+                    + "; ".join(missing + settling)
+                    + (" (put each object back where the simulated task starts it)" if regions else "")
                 )
-            if not told:
+            if missing and not told:  # not for an object that is back and settling: that is every reset
                 told = True
-                log.warning("robot env reset: waiting up to %.0f s for the scene: %s", cfg.scene_timeout, waiting)
+                log.warning("robot env reset: waiting up to %.0f s for the scene: %s", timeout, missing)
             time.sleep(period)
 
-    def _draw_goals(self, positions: dict[str, np.ndarray] | None) -> None:
+    def _draw_goals(self, positions: dict[str, np.ndarray]) -> None:
         """This episode's goals, drawn as the simulated task draws them, around where the objects are."""
-        if positions is None:  # the scene was not checked: wherever the objects are now
-            positions = {}
-            for name in self.tracked_objects:
-                (position, _), _, problem = self._object_pose(self._object_poses[name], count=False)
-                if problem is None:
-                    positions[name] = position
-        try:
-            drawn = self.goal_sampler(positions, self._goal_generator)
-        except KeyError as error:
-            raise SceneResetError(
-                f"the episode's goals are drawn around object {error.args[0]!r}, which has no fresh pose"
-            ) from None
+        drawn = self.goal_sampler(positions, self._goal_generator)
         for key in self.drawn_goals:
-            self.goal[key] = np.asarray(drawn[key], np.float32)
+            value = np.asarray(drawn[key], np.float32)
+            if not np.isfinite(value).all():
+                raise ValueError(f"the task's goal sampler drew a non-finite {key!r}: {value.tolist()}")
+            self.goal[key] = value
         goals = {key: np.round(self.goal[key], 3).tolist() for key in self.drawn_goals}
         log.info("robot env reset: this episode's goals %s", goals)
 
@@ -920,32 +930,17 @@ class RobotEnv(gym.Env):
             self._check_state_rate()
         self._warn_if_no_estop_publisher()
         self._restart_shield(deadline + cfg.reset_timeout)
-        home = self.spec.home.double().numpy()
-        period = 1.0 / cfg.policy_rate_hz
-        deadline = time.monotonic() + cfg.reset_timeout
-        while True:
-            fingers = self.spec.gripper.open if self.gripper_hold is None else self.gripper_hold
-            self._post(home, fingers if self._gripper_pub is not None else None)
-            time.sleep(period)
-            state = self._locked_state()
-            error = np.abs(state.position.numpy() - home)
-            speed = np.abs(state.velocity.numpy()) if state.velocity is not None else np.zeros(self.n)
-            fresh = time.monotonic() - state.received_at <= cfg.max_state_age
-            if fresh and error.max() <= cfg.reset_tolerance and speed.max() <= cfg.reset_velocity:
-                break
-            if time.monotonic() > deadline:
-                with self._lock:
-                    latched = self.shield.latched
-                raise ResetTimeoutError(
-                    f"home pose not reached within {cfg.reset_timeout} s: joint errors {np.round(error, 4).tolist()} "
-                    f"rad (tolerance {cfg.reset_tolerance}), speeds {np.round(speed, 4).tolist()} rad/s"
-                    + (f", shield latched: {latched}" if latched else "")
-                    + (", joint state stale" if not fresh else "")
-                )
+        self._go_home()
         if seed is not None:
             self._goal_generator.manual_seed(seed)
-        cancel = (options or {}).get("cancel")  # a threading.Event that ends the wait for the scene early
-        positions = self._wait_for_scene(cancel) if self.start_regions and cfg.scene_timeout > 0 else None
+        positions = self._wait_for_scene((options or {}).get("cancel"))  # a threading.Event ends the wait
+        # while a person was in the workspace an e-stop press (or a joint-state stall) may have latched the
+        # shield, or the arm been pushed: restart (refused while the e-stop is unacknowledged), home again
+        with self._lock:
+            latched = self.shield.latched
+        if latched is not None or not self._at_home():
+            self._restart_shield(time.monotonic() + cfg.reset_timeout)
+            self._go_home()
         if self.goal_sampler is not None:
             self._draw_goals(positions)
         self._take_info()
@@ -959,8 +954,38 @@ class RobotEnv(gym.Env):
                 self._action_frame = _rotation_matrix(self._target_quat)
         self._t = 0
         self._last_obs = obs
-        self._next_tick = time.monotonic() + period
+        self._next_tick = time.monotonic() + 1.0 / cfg.policy_rate_hz
         return obs, info
+
+    def _go_home(self) -> None:
+        """Move to the spec's home pose through the shield and wait until the arm rests there (reset_timeout)."""
+        cfg, home = self.cfg, self.spec.home.double().numpy()
+        deadline = time.monotonic() + cfg.reset_timeout
+        while True:
+            fingers = self.spec.gripper.open if self.gripper_hold is None else self.gripper_hold
+            self._post(home, fingers if self._gripper_pub is not None else None)
+            time.sleep(1.0 / cfg.policy_rate_hz)
+            state = self._locked_state()
+            error = np.abs(state.position.numpy() - home)
+            speed = np.abs(state.velocity.numpy()) if state.velocity is not None else np.zeros(self.n)
+            fresh = time.monotonic() - state.received_at <= cfg.max_state_age
+            if fresh and error.max() <= cfg.reset_tolerance and speed.max() <= cfg.reset_velocity:
+                return
+            if time.monotonic() > deadline:
+                with self._lock:
+                    latched = self.shield.latched
+                raise ResetTimeoutError(
+                    f"home pose not reached within {cfg.reset_timeout} s: joint errors {np.round(error, 4).tolist()} "
+                    f"rad (tolerance {cfg.reset_tolerance}), speeds {np.round(speed, 4).tolist()} rad/s"
+                    + (f", shield latched: {latched}" if latched else "")
+                    + (", joint state stale" if not fresh else "")
+                )
+
+    def _at_home(self) -> bool:
+        state = self._locked_state()
+        if state is None or time.monotonic() - state.received_at > self.cfg.max_state_age:
+            return False
+        return bool(np.abs(state.position.numpy() - self.spec.home.double().numpy()).max() <= self.cfg.reset_tolerance)
 
     def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
         """An action [N, A] whose first three entries are a motion in the robot's base axes (a teleop

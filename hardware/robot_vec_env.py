@@ -11,10 +11,12 @@ through the shield; this adds what a learner needs and a robot does not measure 
   needs state no observation holds (pick: the fingers' contacts), or the policy observes pixels, it is
   `reward=classifier`: the learned reward classifier (`hil.reward_classifier`, on camera frames, as
   HIL-SERL does) wraps this env and replaces both.
-- **A goal per episode**, so the policy keeps seeing the spread of goals it was trained on: the robot env
-  draws the task's goals at each reset as the simulated task does (reach's target from its box, push's goal
-  around the measured puck); `goal_range` replaces that with a box of one's own, drawn uniformly, and
-  `goal` fixes a goal. The seed makes the sequence reproducible.
+- **A scene and a goal per episode.** Each reset waits, the arm at home, for the person to put the tracked
+  objects back where the task starts them (robot_env.py; an actor keeps waiting, logging what is missing,
+  until its stop is set). The robot env then draws the task's goals as the simulated task does (reach's
+  target from its box, push's goal around the measured puck), so the policy keeps seeing the spread of
+  goals it was trained on; `goal_range` replaces that with a box of one's own, drawn uniformly, and `goal`
+  fixes a goal. A seed repeats the draws (push's goal also follows where the puck was put).
 - **Honest transitions.** An observation that arrives stale (the shield held; the action may not have run
   as recorded), or an action computed too late to be sent, ends the episode as truncated, so no transition
   claims a result its action did not have; the next reset waits for fresh joint states and moves home
@@ -23,6 +25,8 @@ through the shield; this adds what a learner needs and a robot does not measure 
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,6 +36,8 @@ import torch
 
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs, StepResult, check_action
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the robot env imports MuJoCo (forward kinematics); the configs here must not
     from robotrl.hardware.robot_env import RobotEnv
@@ -84,8 +90,15 @@ class RobotVecEnv:
 
     num_envs = 1
 
-    def __init__(self, env: RobotEnv, reward: RobotRewardConfig, score: Callable | None = None):
-        """`score(obs) -> (reward, success)`: the simulated task's, from observation entries (reward=task)."""
+    def __init__(
+        self,
+        env: RobotEnv,
+        reward: RobotRewardConfig,
+        score: Callable | None = None,
+        stop: threading.Event | None = None,
+    ):
+        """`score(obs) -> (reward, success)`: the simulated task's, from observation entries (reward=task).
+        `stop` (the actor's) ends a reset's wait for the scene with EnvCancelled."""
         reward.validate(env)
         if reward.kind == "task" and score is None:
             raise ValueError("reward=task needs the task's score (its reward and success given an observation)")
@@ -97,6 +110,7 @@ class RobotVecEnv:
             for key, space in env.observation_space.spaces.items()
         }
         self.has_success = reward.kind == "task"
+        self.stop = stop
         self._rng = np.random.default_rng()
         self.stale_episodes = 0  # episodes cut short by a stale observation
 
@@ -105,8 +119,14 @@ class RobotVecEnv:
             self._rng = np.random.default_rng(seed)
         for key, (low, high) in self.reward_cfg.goal_range.items():
             self.env.goal[key] = self._rng.uniform(low, high).astype(np.float32)
-        obs, _ = self.env.reset(seed=seed)
-        return self._tensors(obs)
+        from robotrl.hardware.robot_env import SceneResetError
+
+        while True:  # an actor waits for its person as long as it takes; deploy ends its session instead
+            try:
+                obs, _ = self.env.reset(seed=seed, options={"cancel": self.stop})
+                return self._tensors(obs)
+            except SceneResetError as error:
+                log.warning("robot: %s; still waiting", error)
 
     def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
         return self.env.world_to_action(action)
@@ -164,9 +184,11 @@ class ActorRobotConfig:
             goal_box(f"robot.goal_range.{key}", box)
 
 
-def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, classifier: bool) -> RobotVecEnv:
+def make_robot_vec_env(
+    task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, classifier: bool, stop: threading.Event | None = None
+) -> RobotVecEnv:
     """The robot as the simulated task `task_cfg` sees it, for an actor whose agent is `agent_cfg`.
-    `classifier`: a learned reward classifier will wrap the env (hil.reward_classifier)."""
+    `classifier`: a learned reward classifier will wrap the env (hil.reward_classifier); `stop`: the actor's."""
     from types import SimpleNamespace
 
     from robotrl.hardware.deploy import make_robot_env, task_facts
@@ -215,7 +237,7 @@ def make_robot_vec_env(task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, c
         goal_range={k: v for k, v in goal_range.items() if k not in robot.goal},
     )
     try:
-        return RobotVecEnv(env, reward, facts["score"])
+        return RobotVecEnv(env, reward, facts["score"], stop)
     except Exception:
         env.close()
         raise

@@ -45,7 +45,7 @@ from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
 from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
-from robotrl.runtime.env import StepResult, VecEnv
+from robotrl.runtime.env import EnvCancelled, StepResult, VecEnv
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
 from robotrl.runtime.transport.protocol import ACTOR_ID, task_settings
@@ -305,7 +305,9 @@ class Actor:
             from robotrl.hardware.robot_vec_env import make_robot_vec_env
 
             try:
-                env = make_robot_vec_env(cfg.task, agent_cfg, cfg.hardware, cfg.robot, bool(cfg.hil.reward_classifier))
+                env = make_robot_vec_env(
+                    cfg.task, agent_cfg, cfg.hardware, cfg.robot, bool(cfg.hil.reward_classifier), stop
+                )
             except BaseException:
                 client.close()
                 raise
@@ -346,7 +348,6 @@ class Actor:
         torch.manual_seed(seed)
         env, agent = self._connect(stop)
         sender = self.sender
-        stepper = EnvStepper(env, agent, seed=seed)
         batcher = TransitionBatcher(cfg.batch_steps)
         episodes = EpisodeStats(cfg.num_envs)
         writer = None
@@ -357,6 +358,10 @@ class Actor:
             writer = MetricsWriter(self.run_dir)
         period = 1.0 / cfg.control_hz if cfg.control_hz else 0.0
         try:
+            try:
+                stepper = EnvStepper(env, agent, seed=seed)
+            except EnvCancelled:  # stopped while a robot's first reset waited for its scene
+                return self.summary()
             if self.random_steps == 0:  # the learner pretrained: not one random step while its weights are in flight
                 while self.weights_version is None and not stop.is_set():
                     if sender.fatal is not None:
@@ -376,7 +381,10 @@ class Actor:
                     self._wait_for_learner(len(batcher) * cfg.num_envs, stop)
                 warm_up = max(self.env_step, sender.learner_env_steps) < self.random_steps
                 random_action = self.weights_version is None or warm_up
-                transition, result = stepper.step(random_action=random_action)
+                try:
+                    transition, result = stepper.step(random_action=random_action)
+                except EnvCancelled:  # stopped while a robot's reset waited for its scene
+                    break
                 self.random_env_steps += cfg.num_envs if random_action else 0
                 self.episodes += episodes.record(result.reward, result.success, result.terminated | result.truncated)
                 self.interventions += int(transition["intervened"].sum())

@@ -24,6 +24,7 @@ from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs, StepResult, check_action
 
 ASSETS = Path(__file__).resolve().parent / "assets"
+REST_TOLERANCE = 0.015  # m: an object's centre this close to its resting height is on the table
 OBS_MODES = ("state", "pixels", "state+pixels")
 
 
@@ -56,9 +57,9 @@ class ArmTask(ABC):
     # sites fixed to the tool (a peg held in the hand): their observation entries follow the tool rigidly, so a
     # robot computes them by forward kinematics (hardware/deploy.py: task_facts measures the offsets)
     held_sites: tuple[str, ...] = ()
-    # Objects put back between episodes: name -> (low, high) of the first coordinates of its start position,
-    # the box reset_scene draws it from. A robot env waits at reset for them to be there (a person resets the
-    # scene), so no robot episode starts from a layout simulation never showed the policy.
+    # Objects put back between episodes: name -> (low, high) of its start position (or its first coordinates),
+    # the box reset_scene draws it from, resting on the table. A robot env waits at reset for them to be there
+    # (a person resets the scene), so no robot episode starts from a layout simulation never showed the policy.
     start_regions: ClassVar[dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
     # Goals reset_scene draws per episode with draw_goals; a robot env draws its episodes' goals the same way
     drawn_goals: tuple[str, ...] = ()

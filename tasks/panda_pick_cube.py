@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
-from robotrl.tasks.arm_task import ArmTask
+from robotrl.tasks.arm_task import REST_TOLERANCE, ArmTask
 
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.env import Obs
@@ -41,7 +41,13 @@ class PandaPickCube(ArmTask):
             "to_cube": TensorSpec((3,)),
         }
 
-    start_regions = {"cube": (CUBE_XY_LOW, CUBE_XY_HIGH)}
+    # where reset_scene puts the cube, resting on the table
+    start_regions = {
+        "cube": (
+            torch.tensor([*CUBE_XY_LOW.tolist(), CUBE_HALF - REST_TOLERANCE]),
+            torch.tensor([*CUBE_XY_HIGH.tolist(), CUBE_HALF + REST_TOLERANCE]),
+        )
+    }
 
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         k = len(env_ids)

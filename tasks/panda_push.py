@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
-from robotrl.tasks.arm_task import ArmTask
+from robotrl.tasks.arm_task import REST_TOLERANCE, ArmTask
 
 from robotrl.data.hindsight import GoalSpec
 from robotrl.data.spec import TensorSpec
@@ -44,7 +44,13 @@ class PandaPush(ArmTask):
             "puck_to_goal": TensorSpec((2,)),
         }
 
-    start_regions = {"puck": (PUCK_XY_LOW, PUCK_XY_HIGH)}
+    # where reset_scene puts the puck, resting on the table (a puck held above it is not back)
+    start_regions = {
+        "puck": (
+            torch.tensor([*PUCK_XY_LOW.tolist(), PUCK_HALF_HEIGHT - REST_TOLERANCE]),
+            torch.tensor([*PUCK_XY_HIGH.tolist(), PUCK_HALF_HEIGHT + REST_TOLERANCE]),
+        )
+    }
     drawn_goals = ("goal",)
 
     def reset_scene(self, env_ids: torch.Tensor) -> None:

@@ -265,7 +265,8 @@ def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
     env = make_robot_env(hardware, obs_spec, action_dim, facts)
     try:  # each reset waits for the puck in push's start box and draws the goal around it, as simulation does
         assert env.drawn_goals == ["goal"] and list(env.start_regions) == ["puck"]
-        np.testing.assert_allclose(np.stack(env.start_regions["puck"]), [[0.40, -0.15], [0.55, 0.15]], atol=1e-6)
+        box = [[0.40, -0.15, 0.005], [0.55, 0.15, 0.035]]  # resting on the table (centre 2 cm up, 1.5 cm either way)
+        np.testing.assert_allclose(np.stack(env.start_regions["puck"]), box, atol=1e-6)
     finally:
         env.close()
 

@@ -161,6 +161,29 @@ def test_push_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_tracked_puc
                 env.close()
 
 
+def test_an_actors_reset_keeps_waiting_for_the_scene_until_the_actor_stops(caplog):
+    """On a robot an actor waits for its person: a scene not reset within scene_timeout is logged and waited
+    for again (deployment ends its session instead); the actor's stop ends the wait with EnvCancelled."""
+    from robotrl.runtime.env import EnvCancelled
+
+    push = ArmTaskConfig(name="panda_push")
+    with TwinThread(219, model=str(ASSETS / "panda_push.xml"), objects=["puck"]) as twin:
+        tracked = hardware(219)
+        tracked.objects, tracked.scene_timeout, tracked.scene_settle = ["puck"], 0.3, 0.1
+        stop = threading.Event()
+        env = make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(), False, stop)
+        try:
+            twin.place_object("puck", [0.70, 0.0, 0.02])
+            threading.Timer(1.5, stop.set).start()
+            with caplog.at_level("WARNING", logger="robotrl.hardware.robot_vec_env"):
+                with pytest.raises(EnvCancelled, match="puck at"):
+                    env.reset(seed=0)
+            waits = [r for r in caplog.records if "scene_timeout 0.3 s: puck at" in r.getMessage()]
+            assert len(waits) >= 2, [r.getMessage() for r in caplog.records]  # timed out, logged, waited again
+        finally:
+            env.close()
+
+
 def test_the_push_expert_pushes_the_tracked_puck_to_its_goal_on_the_twin():
     """panda_push's scripted expert, fed only the robot's observation (the puck as its tracker reports it),
     through the robot env and the shield with the fingers held shut: the twin's puck reaches the goal, and

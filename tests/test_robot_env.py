@@ -699,6 +699,9 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
     from robotrl.tasks.configs import ArmTaskConfig
     from robotrl.tasks.panda_push import GOAL_XY_HIGH, GOAL_XY_LOW
 
+    from robotrl.runtime.env import EnvCancelled
+    from robotrl.safety import EStopLatchedError
+
     facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=ArmTaskConfig(name="panda_push"), agent=None))
     twin_cfg = SimTwinConfig(
         rate_hz=RATE, domain_id=218, report_interval=0, model=str(ASSETS / "panda_push.xml"), objects=["puck"]
@@ -713,15 +716,17 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
     try:
         twin.place_object("puck", [0.70, 0.0, 0.02])  # left where a push ended, beyond the start box
         start = time.monotonic()
-        region = r"not in its start region \[0\.4, -0\.15\]\.\.\[0\.55, 0\.15\]"
-        with pytest.raises(SceneResetError, match=rf"scene_timeout 1\.0 s: puck at \[0\.7\d*, -?0\.0\d*\], {region}"):
+        # resting on the table (its centre 5-35 mm up) inside push's start box
+        region = r"not in its start region \[0\.4, -0\.15, 0\.005\]\.\.\[0\.55, 0\.15, 0\.035\]"
+        at = r"puck at \[0\.7\d*, -?0\.0\d*, 0\.02\d*\]"
+        with pytest.raises(SceneResetError, match=rf"scene_timeout 1\.0 s: {at}, {region}"):
             env.reset()
         assert time.monotonic() - start >= 1.0
         cancel = threading.Event()  # a deployment's Ctrl-C ends the wait at once, not after scene_timeout
         hardware.scene_timeout = 30.0
         threading.Timer(0.3, cancel.set).start()
         start = time.monotonic()
-        with pytest.raises(SceneResetError, match=r"reset cancelled while waiting for the scene: puck at \[0\.7"):
+        with pytest.raises(EnvCancelled, match=r"reset cancelled while waiting for the scene: puck at \[0\.7"):
             env.reset(options={"cancel": cancel})
         assert time.monotonic() - start < 5.0
 
@@ -747,6 +752,24 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
             assert 0.1 - 3e-3 <= np.linalg.norm(goal - np.array([0.50, -0.10])) <= 0.2 + 3e-3, goal
             assert (goal >= GOAL_XY_LOW.numpy() - 1e-6).all() and (goal <= GOAL_XY_HIGH.numpy() + 1e-6).all()
         np.testing.assert_allclose(obs["puck_to_goal"], obs["goal"] - obs["puck_pos"][:2], atol=1e-6)
+        # an e-stop pressed and released while the person was at the table latched the shield: the reset that
+        # waited for them is refused until the stop is acknowledged, never an episode the shield drops whole
+        twin.place_object("puck", [0.70, 0.0, 0.02])
+
+        def press_and_put_back() -> None:
+            time.sleep(0.3)
+            env.estop(True)
+            env.estop(False)
+            twin.place_object("puck", [0.50, -0.10, 0.02])
+
+        person = threading.Thread(target=press_and_put_back)
+        person.start()
+        with pytest.raises(EStopLatchedError, match="acknowledge"):
+            env.reset()
+        person.join()
+        env.acknowledge_estop()
+        obs, info = env.reset()
+        assert env.shield.latched is None and info["stale_observation"] == 0
         with pytest.raises(KeyError, match="'cube' is not a tracked object"):
             twin.place_object("cube", [0.5, 0.0, 0.02])
     finally:

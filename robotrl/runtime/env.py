@@ -19,6 +19,11 @@ from robotrl.data.spec import ObsSpec
 Obs = dict[str, torch.Tensor]
 
 
+class EnvCancelled(RuntimeError):
+    """A step or reset that was waiting (for a person to reset a robot's scene) ended because its caller asked
+    it to stop; nothing is wrong with the env, the session is ending."""
+
+
 @dataclass
 class StepResult:
     obs: Obs  # observation to act on next (reset observation where an episode ended)
