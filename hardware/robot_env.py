@@ -110,7 +110,8 @@ class ResetTimeoutError(TimeoutError):
 
 
 class SceneResetError(ResetTimeoutError):
-    """reset() found the tracked objects not back in their start regions within scene_timeout."""
+    """reset() found the tracked objects not back in their start regions within scene_timeout (or, with the
+    scene not checked, no fresh pose to draw the episode's goals around within reset_timeout)."""
 
 
 @dataclass
@@ -151,7 +152,8 @@ class RobotEnvConfig:
     # republishes an old pose arrives fresh); needs the clocks synchronised (chrony, PTP). 0: not checked
     max_object_stamp_age: float = 0.0
     # s reset() waits, once home, for a person to put the tracked objects back in the task's start regions (and
-    # leave them: still for scene_settle s); 0: not checked. The episode's drawn goals follow where they are.
+    # leave them: still for scene_settle s); 0: not checked (goals drawn around objects still need their fresh
+    # poses, within reset_timeout). The episode's drawn goals follow where the objects are.
     scene_timeout: float = 60.0
     scene_settle: float = 0.5
     connect_timeout: float = 10.0  # s to wait for the first joint state
@@ -800,8 +802,9 @@ class RobotEnv(gym.Env):
 
         With `scene_timeout` > 0, every tracked object with a start region must have a fresh pose inside it
         and stay still there (within SETTLE_DISTANCE) for `scene_settle`: a person resets the scene between
-        robot episodes, and this is where a robot env waits for them. Objects the goal sampler draws around
-        need a fresh pose (within `reset_timeout` when the scene is not checked). `cancel` (an Event, set by a
+        robot episodes, and this is where a robot env waits for them. Where goals are drawn, every tracked
+        object needs a fresh pose (the sampler may draw around any; within `reset_timeout` when the scene is
+        not checked). `cancel` (an Event, set by a
         session's Ctrl-C: `reset(options={"cancel": event})`) ends the wait with EnvCancelled."""
         cfg, period = self.cfg, 1.0 / self.cfg.policy_rate_hz
         regions = self.start_regions if cfg.scene_timeout > 0 else {}
@@ -843,7 +846,7 @@ class RobotEnv(gym.Env):
                 )
             if missing and not told:  # not for an object that is back and settling: that is every reset
                 told = True
-                log.warning("robot env reset: waiting up to %.0f s for the scene: %s", timeout, missing)
+                log.warning("robot env reset: waiting up to %.1f s for the scene: %s", timeout, missing)
             time.sleep(period)
 
     def _draw_goals(self, positions: dict[str, np.ndarray]) -> None:
@@ -982,10 +985,13 @@ class RobotEnv(gym.Env):
                 )
 
     def _at_home(self) -> bool:
-        state = self._locked_state()
-        if state is None or time.monotonic() - state.received_at > self.cfg.max_state_age:
+        """Whether the newest joint state is fresh and at rest at home, as `_go_home` leaves the arm."""
+        cfg, state = self.cfg, self._locked_state()
+        if state is None or time.monotonic() - state.received_at > cfg.max_state_age:
             return False
-        return bool(np.abs(state.position.numpy() - self.spec.home.double().numpy()).max() <= self.cfg.reset_tolerance)
+        speed = np.abs(state.velocity.numpy()).max() if state.velocity is not None else 0.0
+        error = np.abs(state.position.numpy() - self.spec.home.double().numpy()).max()
+        return bool(error <= cfg.reset_tolerance and speed <= cfg.reset_velocity)
 
     def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
         """An action [N, A] whose first three entries are a motion in the robot's base axes (a teleop

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs, StepResult, check_action
+from robotrl.runtime.env import EnvCancelled, Obs, StepResult, check_action
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +121,20 @@ class RobotVecEnv:
             self.env.goal[key] = self._rng.uniform(low, high).astype(np.float32)
         from robotrl.hardware.robot_env import SceneResetError
 
-        while True:  # an actor waits for its person as long as it takes; deploy ends its session instead
+        from robotrl.safety import EStopLatchedError
+
+        # an actor waits for its person as long as it takes (the scene put back, an e-stop pressed at the table
+        # acknowledged) until its stop is set; deploy ends its session instead; without a stop, nothing waits
+        while True:
             try:
                 obs, _ = self.env.reset(seed=seed, options={"cancel": self.stop})
                 return self._tensors(obs)
-            except SceneResetError as error:
+            except (SceneResetError, EStopLatchedError) as error:
+                if self.stop is None:
+                    raise
                 log.warning("robot: %s; still waiting", error)
+                if self.stop.wait(1.0 if isinstance(error, EStopLatchedError) else 0.0):
+                    raise EnvCancelled(f"stopped while waiting: {error}") from error
 
     def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
         return self.env.world_to_action(action)
@@ -142,8 +150,14 @@ class RobotVecEnv:
             success = False  # not on old evidence (a tracker that lost the puck): the episode is cut, not won
         terminated = terminated or (success and self.reward_cfg.terminate_on_success)
         done = terminated or truncated
+        reset_obs = next_obs
+        if done:
+            try:
+                reset_obs = self.reset()
+            except EnvCancelled:  # stopped while the next episode's scene was awaited: this step still counts
+                reset_obs = next_obs
         return StepResult(
-            obs=self.reset() if done else next_obs,
+            obs=reset_obs,
             next_obs=next_obs,
             reward=torch.tensor([reward], dtype=torch.float32),
             terminated=torch.tensor([terminated]),

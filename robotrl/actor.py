@@ -358,10 +358,11 @@ class Actor:
             writer = MetricsWriter(self.run_dir)
         period = 1.0 / cfg.control_hz if cfg.control_hz else 0.0
         try:
+            stepper = None
             try:
                 stepper = EnvStepper(env, agent, seed=seed)
-            except EnvCancelled:  # stopped while a robot's first reset waited for its scene
-                return self.summary()
+            except EnvCancelled:  # stopped while a robot's first reset waited for its scene: the loops end at once
+                stop.set()
             if self.random_steps == 0:  # the learner pretrained: not one random step while its weights are in flight
                 while self.weights_version is None and not stop.is_set():
                     if sender.fatal is not None:

@@ -164,6 +164,8 @@ def test_push_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_tracked_puc
 def test_an_actors_reset_keeps_waiting_for_the_scene_until_the_actor_stops(caplog):
     """On a robot an actor waits for its person: a scene not reset within scene_timeout is logged and waited
     for again (deployment ends its session instead); the actor's stop ends the wait with EnvCancelled."""
+    from robotrl.hardware.robot_env import SceneResetError
+
     from robotrl.runtime.env import EnvCancelled
 
     push = ArmTaskConfig(name="panda_push")
@@ -180,6 +182,18 @@ def test_an_actors_reset_keeps_waiting_for_the_scene_until_the_actor_stops(caplo
                     env.reset(seed=0)
             waits = [r for r in caplog.records if "scene_timeout 0.3 s: puck at" in r.getMessage()]
             assert len(waits) >= 2, [r.getMessage() for r in caplog.records]  # timed out, logged, waited again
+            env.stop = None  # nothing could end the wait: the first timeout is the caller's
+            with pytest.raises(SceneResetError, match="puck at"):
+                env.reset(seed=0)
+            # the stop cancels the automatic reset after an episode's last step: that step is still returned
+            twin.place_object("puck", [0.50, 0.0, 0.02])
+            env.stop = threading.Event()
+            env.reset(seed=0)
+            env.env.episode_steps = 1
+            twin.place_object("puck", [0.70, 0.0, 0.02])
+            threading.Timer(1.0, env.stop.set).start()
+            result = env.step(torch.zeros(1, env.action_dim))
+            assert bool(result.truncated) and result.obs is result.next_obs
         finally:
             env.close()
 
