@@ -12,7 +12,8 @@ uses it), `goal` gives the task entries a robot cannot measure (a target, a hole
 `relative_goal` those that are `goal - ee_pos`; cameras give `pixels_<name>` ([3, S, S] uint8; a mono8
 camera's grey is repeated in the three channels); tracked objects (`objects`, a geometry_msgs/PoseStamped
 each from a motion-capture system or a fiducial detector) give `<name>_pos`, `<name>_quat`, `to_<name>` and
-`<name>_to_<goal>` (`object_entries`).
+`<name>_to_<goal>` (`object_entries`); a pose that jumped from the last one acted on faster than
+`max_object_speed` (a marker swap) is not acted on until it could be real.
 
 Between episodes, once home, `reset()` waits (up to `scene_timeout`) for a person to put each tracked object
 with a `start_regions` box (the box the simulated task starts it in: push's puck, pick's cube) back in it and
@@ -151,6 +152,9 @@ class RobotEnvConfig:
     # s: a pose whose header.stamp is further than this behind this machine's clock is stale too (a relay that
     # republishes an old pose arrives fresh); needs the clocks synchronised (chrony, PTP). 0: not checked
     max_object_stamp_age: float = 0.0
+    # m/s: a pose that moved faster than this from the last one acted on is a tracker glitch (a marker swap, a
+    # fiducial mistaken for another) and makes the observation stale until the move could be real; 0: off
+    max_object_speed: float = 3.0
     # s reset() waits, once home, for a person to put the tracked objects back in the task's start regions (and
     # leave them: still for scene_settle s); 0: not checked (goals drawn around objects still need their fresh
     # poses, within reset_timeout). The episode's drawn goals follow where the objects are.
@@ -192,6 +196,9 @@ class RobotEnvConfig:
             raise ValueError("hardware.controller must name the joint position controller")
         if "control_period" in self.shield:
             raise ValueError("hardware.shield.control_period is set from hardware.control_rate_hz; remove it")
+        speed = self.max_object_speed
+        if not (isinstance(speed, (int, float)) and math.isfinite(speed) and speed >= 0):
+            raise ValueError(f"hardware.max_object_speed must be >= 0 m/s (0: not checked), got {speed!r}")
         if not (math.isfinite(self.max_object_stamp_age) and self.max_object_stamp_age >= 0):
             raise ValueError(
                 "hardware.max_object_stamp_age must be >= 0 seconds (0: not checked), got "
@@ -507,6 +514,8 @@ class RobotEnv(gym.Env):
         # setting, that limit in s); its action is late once any of them aged past the limit plus a period
         self._obs_inputs: list[tuple[str, float, str, float]] = []
         self._last_poses: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each object's last good pose
+        # each object's position last acted on and when it arrived (max_object_speed); cleared at each reset
+        self._last_acted: dict[str, tuple[np.ndarray, float]] = {}
         self._last_target = np.zeros(self.n)
         self._target_quat = np.array([1.0, 0.0, 0.0, 0.0])
         self._t = 0
@@ -695,11 +704,13 @@ class RobotEnv(gym.Env):
         inputs: list[tuple[str, float, str, float]] = []
         for name, sub in self._object_poses.items():
             pose, received_at, problem = self._object_pose(sub)
+            problem = problem or self._jump(name, pose[0], received_at)
             if problem:  # stale: the last good pose (as a stale joint state is the last state), never made up
                 stale.append(f"object {name} {problem}")
                 pose = self._last_poses.get(name, pose)
             else:
                 self._last_poses[name] = pose
+                self._last_acted[name] = (pose[0], received_at)
                 inputs.append((f"object {name} pose", received_at, "max_object_age", self.cfg.max_object_age))
             poses[name] = pose
         for key, (name, what) in self._object_entries.items():
@@ -746,6 +757,21 @@ class RobotEnv(gym.Env):
             if age > limit + period:
                 return f"{what} is {age * 1e3:.1f} ms old (hardware.{setting} {limit * 1e3:.0f} ms + a period)"
         return None
+
+    def _jump(self, name: str, position: np.ndarray, received_at: float) -> str | None:
+        """Why `position` cannot be where the object went since the position last acted on (faster than
+        max_object_speed: a tracker glitch), or None. Counted in `object_jumps`."""
+        last = self._last_acted.get(name)
+        if not self.cfg.max_object_speed or last is None:
+            return None
+        distance, elapsed = float(np.linalg.norm(position - last[0])), max(received_at - last[1], 1e-3)
+        if distance <= self.cfg.max_object_speed * elapsed:
+            return None
+        self.stats["object_jumps"] += 1
+        return (
+            f"pose jumped {distance * 1e3:.0f} mm in {elapsed * 1e3:.0f} ms (faster than hardware.max_object_speed "
+            f"{self.cfg.max_object_speed} m/s)"
+        )
 
     def _object_pose(self, sub, count: bool = True) -> tuple[tuple[np.ndarray, np.ndarray], float, str | None]:
         """(position, wxyz orientation) of the newest pose on `sub`, when it arrived (monotonic), and what
@@ -946,6 +972,7 @@ class RobotEnv(gym.Env):
             self._go_home()
         if self.goal_sampler is not None:
             self._draw_goals(positions)
+        self._last_acted.clear()  # a person moved the objects between episodes
         self._take_info()
         obs, info = self._observe()
         obs = self._stack_frames(obs, fresh=True)

@@ -674,6 +674,12 @@ def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
                 np.testing.assert_allclose(env.setpoint, height, atol=1e-3)
             assert env.stats["bad_object_pose"] >= 3
             observed_after("fresh", [0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0])
+            # a marker swap: the cube reported 1.4 m away from one pose to the next is not acted on (faster than
+            # max_object_speed, 3 m/s) until it has stayed there long enough to have got there
+            observed_after("pose jumped 1400 mm", [0.5, 1.5, 0.03], [1.0, 0.0, 0.0, 0.0])
+            assert env.stats["object_jumps"] >= 1
+            observed_after("fresh", [0.5, 1.5, 0.03], [1.0, 0.0, 0.0, 0.0])
+            observed_after("fresh", [0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0])
             # an action computed from that observation is late once its pose is older than max_object_age and
             # a policy period, whatever the joint state's age (here: as if the pose had arrived 1 s earlier)
             env._obs_inputs = [(what, at - 1.0, *limit) for what, at, *limit in env._obs_inputs]
