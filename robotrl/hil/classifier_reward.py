@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from robotrl.hil.reward_classifier import RewardClassifier
-from robotrl.runtime.env import Obs, StepResult, VecEnv
+from robotrl.runtime.env import EnvCancelled, Obs, StepResult, VecEnv
 
 
 class ClassifierReward:
@@ -88,7 +88,10 @@ class ClassifierReward:
         terminated, truncated, obs = result.terminated, result.truncated, result.obs
         if self.terminate_on_success and bool(success.any()):
             if not bool((terminated | truncated).any()):  # the env ended nothing: start its next episode here
-                obs = self.env.reset()
+                try:
+                    obs = self.env.reset()
+                except EnvCancelled:  # stopped while a robot's scene was awaited: this step still counts
+                    obs = result.next_obs
             terminated, truncated = success.clone(), torch.zeros_like(success)
         return StepResult(
             obs=obs,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from robotrl.hil.teleop import TeleopCommand, TeleopDevice, command_to_action
-from robotrl.runtime.env import Obs, StepResult
+from robotrl.runtime.env import EnvCancelled, Obs, StepResult
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,10 @@ class InterventionEnv:
         ended = result.terminated | result.truncated
         if not ended.any():
             result.truncated = result.truncated | stop
-            result.obs = self.env.reset()
+            try:
+                result.obs = self.env.reset()
+            except EnvCancelled:  # stopped while a robot's scene was awaited: this step still counts
+                result.obs = result.next_obs
         return result
 
     def _account(self, engaged: torch.Tensor, done: torch.Tensor) -> None:
