@@ -160,6 +160,9 @@ class RobotEnvConfig:
     # poses, within reset_timeout). The episode's drawn goals follow where the objects are.
     scene_timeout: float = 60.0
     scene_settle: float = 0.5
+    # std_msgs/Bool true published once per reset that finds the scene not ready: for whatever puts objects back
+    # by itself (a lab's reset routine, the twin's `scene_reset`); "": none
+    scene_reset_topic: str = ""
     connect_timeout: float = 10.0  # s to wait for the first joint state
     reset_tolerance: float = 0.02  # rad: home reached when every joint is this close...
     reset_velocity: float = 0.05  # rad/s: ...and this slow
@@ -222,7 +225,8 @@ class RobotEnvConfig:
         topics = [("joint_states_topic", self.joint_states_topic), ("controller", f"/{self.controller}/commands")]
         if self.gripper_controller:
             topics.append(("gripper_controller", f"/{self.gripper_controller}/commands"))
-        topics += [(name, getattr(self, name)) for name in ("estop_topic", "estop_ack_topic") if getattr(self, name)]
+        names = ("estop_topic", "estop_ack_topic", "scene_reset_topic")
+        topics += [(name, getattr(self, name)) for name in names if getattr(self, name)]
         for camera in self.cameras:
             topics.append(("camera_topic", topic_for(self.camera_topic, camera, "hardware.camera_topic")))
         bad = [name for name in self.objects if not (isinstance(name, str) and name.isidentifier())]
@@ -540,6 +544,10 @@ class RobotEnv(gym.Env):
         if cfg.estop_ack_topic:
             self.topics["estop_ack"] = cfg.estop_ack_topic
             self._estop_ack_sub = self.bridge.subscription(cfg.estop_ack_topic, Bool, "default", self._on_estop_ack)
+        self._scene_reset_pub = None
+        if cfg.scene_reset_topic:
+            self.topics["scene_reset"] = cfg.scene_reset_topic
+            self._scene_reset_pub = self.bridge.publisher(cfg.scene_reset_topic, Bool, "default")
         self._images = {
             name: self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
             for name in cfg.cameras
@@ -873,6 +881,10 @@ class RobotEnv(gym.Env):
             if missing and not told:  # not for an object that is back and settling: that is every reset
                 told = True
                 log.warning("robot env reset: waiting up to %.1f s for the scene: %s", timeout, missing)
+                if self._scene_reset_pub is not None and regions:
+                    from robotrl.hardware.ros2.msgs import Bool
+
+                    self._scene_reset_pub.publish(Bool(data=True))
             time.sleep(period)
 
     def _draw_goals(self, positions: dict[str, np.ndarray]) -> None:

@@ -28,7 +28,9 @@ then runs behind the wall clock by that period; it does not step twice to catch 
 and publish sensor_msgs/Image (rgb8) on `/camera/<name>/image_raw` (MUJOCO_GL=egl renders headless).
 Bodies named in `objects` (in a task's scene: `model=tasks/assets/panda_push.xml objects=[puck]`) have
 their world pose published as geometry_msgs/PoseStamped on `/objects/<name>/pose` at `object_rate_hz`, as a
-motion-capture system would, for a robot env that tracks them (`hardware.objects`).
+motion-capture system would, for a robot env that tracks them (`hardware.objects`). A std_msgs/Bool true on
+`scene_reset_topic` (`/scene/reset`) puts them back where the model starts them, at rest: the person who
+resets the scene between episodes (`place_object` moves one from Python).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco
 from robotrl.hardware.realtime import check_priority, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
-from robotrl.hardware.ros2.names import topic_for
+from robotrl.hardware.ros2.names import full_topic_name, topic_for
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,9 @@ class SimTwinConfig:
     object_topic: str = "/objects/{name}/pose"
     object_frame: str = ""  # the poses' header.frame_id (the model's world: the robot's base)
     object_rate_hz: float = 100.0  # applied as a whole number of control periods per pose
+    # std_msgs/Bool true on this topic puts every tracked object back where the model starts it, at rest: the
+    # person who resets the scene between episodes (a robot env's hardware.scene_reset_topic asks); "": none
+    scene_reset_topic: str = "/scene/reset"
     report_interval: float = 10.0  # seconds between status lines in the log; 0: none
     realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
 
@@ -110,6 +115,11 @@ class SimTwinConfig:
             raise ValueError(f"object_rate_hz must be in (0, rate_hz={self.rate_hz}], got {self.object_rate_hz!r}")
         for name in self.objects:
             topic_for(self.object_topic, name, "object_topic")
+        if self.scene_reset_topic:
+            try:
+                full_topic_name(self.scene_reset_topic)  # a bad name fails here, before joining the domain
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"scene_reset_topic: {error}") from None
         if not self.camera_rate_hz > 0:
             raise ValueError(f"camera_rate_hz must be > 0, got {self.camera_rate_hz!r}")
         if self.camera_width < 1 or self.camera_height < 1:
@@ -257,7 +267,9 @@ class SimTwin:
                 )
             self._object_bodies[name] = body
         self.object_poses = 0  # pose messages published
-        self._placements: dict[str, np.ndarray] = {}  # object -> position to put it at before the next step
+        # object -> (position, wxyz orientation or None: kept) to put it at before the next physics step
+        self._placements: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        self.scene_resets = 0  # scene reset requests carried out
         self._object_every = max(1, round(cfg.rate_hz / cfg.object_rate_hz))  # control periods per pose
 
         from robotrl.hardware.ros2 import make_bridge
@@ -306,6 +318,13 @@ class SimTwin:
             topic = cfg.object_topic.format(name=name)
             self._object_pubs[name] = self.bridge.publisher(topic, PoseStamped, "sensor_data")
             self.topics[f"object/{name}"] = self._object_pubs[name].topic
+        if cfg.scene_reset_topic:
+            from robotrl.hardware.ros2.msgs import Bool
+
+            self._subscriptions.append(
+                self.bridge.subscription(cfg.scene_reset_topic, Bool, "default", self._on_scene_reset)
+            )
+            self.topics["scene_reset"] = cfg.scene_reset_topic
         if cfg.cameras:
             publishers = {
                 name: self.bridge.publisher(f"/camera/{name}/image_raw", Image, "sensor_data") for name in cfg.cameras
@@ -443,10 +462,12 @@ class SimTwin:
             if self._gripper_target is not None:
                 self.data.ctrl[self._gripper_actuator] = self._gripper_target
             placements, self._placements = self._placements, {}
-        for name, position in placements.items():
+        for name, (position, quat) in placements.items():
             joint = self.model.body_jntadr[self._object_bodies[name]]
             qpos, dof = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
             self.data.qpos[qpos : qpos + 3] = position
+            if quat is not None:
+                self.data.qpos[qpos + 3 : qpos + 7] = quat
             self.data.qvel[dof : dof + 6] = 0.0
         for _ in range(self.substeps):
             mujoco.mj_step(self.model, self.data)
@@ -469,7 +490,19 @@ class SimTwin:
         if position.shape != (3,) or not np.isfinite(position).all():
             raise ValueError(f"place_object: {name!r} needs a finite [x, y, z], got {position.tolist()}")
         with self._command_lock:
-            self._placements[name] = position
+            self._placements[name] = (position, None)
+
+    def _on_scene_reset(self, msg) -> None:
+        """Every tracked object back where the model starts it (its free joint's qpos0), at rest."""
+        if not msg.data:
+            return
+        with self._command_lock:
+            for name, body in self._object_bodies.items():
+                joint = self.model.body_jntadr[body]
+                if joint >= 0 and self.model.jnt_type[joint] == mujoco.mjtJoint.mjJNT_FREE:
+                    start = self.model.qpos0[self.model.jnt_qposadr[joint] :][:7].copy()
+                    self._placements[name] = (start[:3], start[3:])
+            self.scene_resets += 1
 
     def publish_joint_state(self) -> None:
         data = self.data

@@ -294,6 +294,13 @@ def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
         ended = run(DeployConfig(run=str(run_dir), hardware=hardware, episodes=1))
         assert ended["episodes"] == ended["steps"] == 0
         assert re.search(r"scene_timeout 0\.5 s: puck at \[0\.7\d*, .*not in its start region", ended["ended"])
+        # asked on /scene/reset, the twin puts the puck back itself (as a lab's reset routine would): two
+        # episodes, the second starting from the scene the first left, each goal drawn around the puck
+        hardware.scene_timeout, hardware.scene_reset_topic = 5.0, "/scene/reset"
+        twin.place_object("puck", [0.70, 0.0, 0.02])
+        again = run(DeployConfig(run=str(run_dir), hardware=hardware, episodes=2, episode_steps=10))
+        assert again["episodes"] == 2 and again["steps"] == 20 and "ended" not in again
+        assert twin.scene_resets >= 1
     finally:
         twin.stop()
         thread.join(timeout=5)
