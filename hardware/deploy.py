@@ -348,6 +348,8 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
                 topics[env.topics["gripper"]] = (Float64MultiArray, env.cfg.command_qos)
             if "estop_ack" in env.topics:
                 topics[env.topics["estop_ack"]] = (Bool, "default")
+            if "scene_reset" in env.topics:  # when the session asked for the scene to be put back
+                topics[env.topics["scene_reset"]] = (Bool, "default")
             for name in env.tracked_objects:  # the poses the policy saw
                 topics[env.topics[f"object/{name}"]] = (PoseStamped, "sensor_data")
             recorder = BagRecorder(env.bridge, cfg.record, topics, env.topics.get("estop"))

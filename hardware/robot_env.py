@@ -160,8 +160,9 @@ class RobotEnvConfig:
     # poses, within reset_timeout). The episode's drawn goals follow where the objects are.
     scene_timeout: float = 60.0
     scene_settle: float = 0.5
-    # std_msgs/Bool true published once per reset that finds the scene not ready: for whatever puts objects back
-    # by itself (a lab's reset routine, the twin's `scene_reset`); "": none
+    # std_msgs/Bool true published once per reset that finds the scene not ready (an object out of its box, or
+    # its pose stale or missing: a hand may be over the marker): for whatever puts objects back by itself (a
+    # lab's reset routine, which must itself make sure nobody is at the table; the twin's); "": none
     scene_reset_topic: str = ""
     connect_timeout: float = 10.0  # s to wait for the first joint state
     reset_tolerance: float = 0.02  # rad: home reached when every joint is this close...

@@ -29,8 +29,8 @@ and publish sensor_msgs/Image (rgb8) on `/camera/<name>/image_raw` (MUJOCO_GL=eg
 Bodies named in `objects` (in a task's scene: `model=tasks/assets/panda_push.xml objects=[puck]`) have
 their world pose published as geometry_msgs/PoseStamped on `/objects/<name>/pose` at `object_rate_hz`, as a
 motion-capture system would, for a robot env that tracks them (`hardware.objects`). A std_msgs/Bool true on
-`scene_reset_topic` (`/scene/reset`) puts them back where the model starts them, at rest: the person who
-resets the scene between episodes (`place_object` moves one from Python).
+`scene_reset_topic` (`/scene/reset`) puts those that are free bodies back where the model starts them, at
+rest: the person who resets the scene between episodes (`place_object` moves one from Python).
 """
 
 from __future__ import annotations
@@ -606,6 +606,7 @@ class SimTwin:
             "clamped": clamped,
             "images": self.images,
             "object_poses": self.object_poses,
+            "scene_resets": self.scene_resets,
         }
 
     def close(self) -> None:

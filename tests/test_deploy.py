@@ -119,6 +119,7 @@ def test_deploy_runs_the_policy_through_the_shield_and_records_an_mcap_bag(run_d
             "/gripper_controller/commands": "std_msgs/msg/Float64MultiArray",
             "/estop": "std_msgs/msg/Bool",
             "/estop_ack": "std_msgs/msg/Bool",  # recorded, though nobody acknowledged anything here
+            "/scene/reset": "std_msgs/msg/Bool",  # recorded, though reach tracks no object to put back
         }
         for connection, _, raw in reader.messages():
             counts[connection.topic] = counts.get(connection.topic, 0) + 1
