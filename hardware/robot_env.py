@@ -839,11 +839,12 @@ class RobotEnv(gym.Env):
         and stay still there (within SETTLE_DISTANCE) for `scene_settle`: a person resets the scene between
         robot episodes, and this is where a robot env waits for them. Where goals are drawn, every tracked
         object needs a fresh pose (the sampler may draw around any; within `reset_timeout` when the scene is
-        not checked). `cancel` (an Event, set by a
-        session's Ctrl-C: `reset(options={"cancel": event})`) ends the wait with EnvCancelled."""
+        not checked). `cancel` (an Event, set by a session's Ctrl-C: `reset(options={"cancel": event})`) ends
+        the wait with EnvCancelled."""
         cfg, period = self.cfg, 1.0 / self.cfg.policy_rate_hz
         regions = self.start_regions if cfg.scene_timeout > 0 else {}
-        needed = [*regions, *(n for n in self.tracked_objects if n not in regions and self.goal_sampler)]
+        drawn_around = [n for n in self.tracked_objects if n not in regions] if self.goal_sampler else []
+        needed = [*regions, *drawn_around]
         setting, timeout = ("scene_timeout", cfg.scene_timeout) if regions else ("reset_timeout", cfg.reset_timeout)
         deadline = time.monotonic() + timeout
         still_since: dict[str, tuple[np.ndarray, float]] = {}  # object -> (where it came to rest, since when)

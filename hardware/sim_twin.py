@@ -463,7 +463,7 @@ class SimTwin:
                 self.data.ctrl[self._gripper_actuator] = self._gripper_target
             placements, self._placements = self._placements, {}
         for name, (position, quat) in placements.items():
-            joint = self.model.body_jntadr[self._object_bodies[name]]
+            joint = self._free_joint(name)
             qpos, dof = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
             self.data.qpos[qpos : qpos + 3] = position
             if quat is not None:
@@ -483,8 +483,7 @@ class SimTwin:
         before the next physics step: what a person does between robot episodes."""
         if name not in self._object_bodies:
             raise KeyError(f"place_object: {name!r} is not a tracked object (objects: {list(self._object_bodies)})")
-        joint = self.model.body_jntadr[self._object_bodies[name]]
-        if joint < 0 or self.model.jnt_type[joint] != mujoco.mjtJoint.mjJNT_FREE:
+        if self._free_joint(name) is None:
             raise ValueError(f"place_object: body {name!r} is not free to move (no free joint)")
         position = np.asarray(position, dtype=np.float64)
         if position.shape != (3,) or not np.isfinite(position).all():
@@ -497,12 +496,16 @@ class SimTwin:
         if not msg.data:
             return
         with self._command_lock:
-            for name, body in self._object_bodies.items():
-                joint = self.model.body_jntadr[body]
-                if joint >= 0 and self.model.jnt_type[joint] == mujoco.mjtJoint.mjJNT_FREE:
+            for name in self._object_bodies:
+                if (joint := self._free_joint(name)) is not None:
                     start = self.model.qpos0[self.model.jnt_qposadr[joint] :][:7].copy()
                     self._placements[name] = (start[:3], start[3:])
             self.scene_resets += 1
+
+    def _free_joint(self, name: str) -> int | None:
+        """The free joint of tracked object `name` (its position, orientation and velocity), or None."""
+        joint = self.model.body_jntadr[self._object_bodies[name]]
+        return int(joint) if joint >= 0 and self.model.jnt_type[joint] == mujoco.mjtJoint.mjJNT_FREE else None
 
     def publish_joint_state(self) -> None:
         data = self.data

@@ -270,13 +270,12 @@ def test_the_pick_expert_lifts_the_tracked_cube_on_the_twin():
     kept as in simulation), grasps the twin's cube and lifts it the task's 10 cm. Pick is scored on a robot by
     a learned classifier (its reward needs contacts), so the physics says whether it worked."""
     import types
-    from types import SimpleNamespace
 
     from robotrl.hardware.deploy import make_robot_env, task_facts
     from robotrl.tasks.panda_pick_cube import CUBE_HALF, LIFT_HEIGHT, PandaPickCube
 
     pick = ArmTaskConfig(name="panda_pick_cube")
-    facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=pick, agent=SMALL_SAC))
+    facts, obs_spec, action_dim = task_facts(types.SimpleNamespace(task=pick, agent=SMALL_SAC))
     with TwinThread(220, model=str(ASSETS / "panda_pick_cube.xml"), objects=["cube"]) as twin:
         cfg = hardware(220)
         cfg.objects, cfg.scene_timeout, cfg.scene_settle = ["cube"], 5.0, 0.2
