@@ -16,7 +16,9 @@ the figure at registration, stop once it has them. A batch is acknowledged only 
 `<run dir>/wal.log`; a checkpoint (which holds the replay) empties that log and starts it on the checkpoint's
 generation. A learner restarted in the same run directory loads the latest checkpoint, then replays the log, so
 nothing it acknowledged is lost; a log of an older generation (the learner died between a checkpoint and emptying
-the log) is all in the checkpoint and is not replayed.
+the log) is all in the checkpoint and is not replayed. A log damaged before its end (not a crash's torn last record)
+stops the start-up, naming the file and offset, until `server.wal_on_corruption=set_aside` says to keep it aside and
+replay its intact records. One process at a time holds a run directory (`<run dir>/run.lock`).
 
 With `hil.pretrain_updates=N` the learner first makes N updates on the demonstrations alone (as robotrl-train
 does) and publishes those weights before it serves: actors act with the cloned policy from their first step.
@@ -58,9 +60,11 @@ from robotrl.runtime.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from robotrl.runtime.durable import write_atomic
 from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.memory import check_fits
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
+from robotrl.runtime.run_lock import hold_run_dir
 from robotrl.runtime.transport.config import ServeConfig
 from robotrl.runtime.transport.protocol import task_settings
 from robotrl.runtime.transport.security import check_serve_security, load_token
@@ -172,7 +176,7 @@ class Learner:
         self.device = resolve_device(cfg.device)
         if self.device.type == "cpu":  # as the single-process loop: no page faults re-reading each batch
             retain_freed_memory()
-        run_dir.mkdir(parents=True, exist_ok=True)
+        hold_run_dir(run_dir)  # before the write-ahead log is read: another learner may be appending to it
         self.ckpt_root = run_dir / "checkpoints"
         self.token = token if token is not None else load_token(cfg.server.token_file)
         check_serve_security(cfg.server, self.token)  # before anything is built: a refusal costs nothing
@@ -218,7 +222,7 @@ class Learner:
             heartbeat_timeout_s=cfg.server.heartbeat_timeout_s,
             demo_rewards=("classifier" if cfg.hil.reward_classifier else "recorded") if cfg.hil.demos else None,
         )
-        self.wal = WriteAheadLog(run_dir / "wal.log")
+        self.wal = WriteAheadLog(run_dir / "wal.log", cfg.server.wal_on_corruption)
         self.board = WeightsBoard(incarnation=secrets.token_hex(4))
         self.service = LearnerService(spec, self.storage, self.wal, self.board)
         self.clock_steps = 0  # env steps the agent's exploration clock has counted
@@ -336,7 +340,7 @@ class Learner:
     def start_serving(self) -> int:
         self.server, self.port = serve(self.service.handlers(), self.cfg.server, self.token)
         self.started = time.monotonic()  # actors get server.heartbeat_timeout_s from here to come back
-        (self.run_dir / "learner_address").write_text(f"{self.cfg.server.host}:{self.port}\n")
+        write_atomic(self.run_dir / "learner_address", f"{self.cfg.server.host}:{self.port}\n".encode())
         return self.port
 
     def updates_due(self, env_steps: int) -> int:

@@ -62,6 +62,7 @@ def _unchanged(saved: DictConfig, key: str, value: str) -> bool:
 
 def run(cfg: DictConfig) -> dict[str, float]:
     from robotrl.runtime.loop import train
+    from robotrl.runtime.run_lock import hold_run_dir
 
     if cfg.resume:
         cfg = _resume_config(cfg, list(HydraConfig.get().overrides.task))
@@ -70,6 +71,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         apply_backend(cfg)  # the saved config's task.backend is the simulator the run used
     train_cfg = to_train_config(cfg)
+    hold_run_dir(run_dir)  # a second process resuming this run would save over its checkpoints
     # on resume too: a setting changed there (total_steps) must hold for the next resume of the same run
     saved = cfg.copy()
     saved.resume = None

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 import torch
-from helpers import LearnerProcess, free_port, join_actor, run_module, start_actor, wait_for
+from helpers import LEARNER_ARGS, LearnerProcess, free_port, join_actor, run_module, start_actor, wait_for
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from robotrl.tasks import TASK_CONFIGS, make_env
@@ -192,6 +192,52 @@ def test_an_actor_whose_task_settings_differ_from_the_learners_is_refused_by_nam
     with pytest.raises(grpc.RpcError, match=r"the actor sent no task_settings \(an older robotrl-actor\)") as err:
         learner.client.register(odd)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # final: the actor stops instead of retrying
+
+
+def test_a_second_learner_on_a_run_directory_in_use_is_refused_naming_it_and_the_holder(learner):
+    """It would replay and cut the write-ahead log the first one is appending to."""
+    wal_before = (learner.run_dir / "wal.log").stat().st_size
+    second = run_module(
+        "robotrl.learner",
+        *LEARNER_ARGS,
+        f"server.port={free_port()}",
+        f"hydra.run.dir={learner.run_dir}",
+        timeout=120,
+        check=False,
+    )
+    assert second.returncode != 0
+    assert f"run directory {learner.run_dir.resolve()} is in use" in second.stderr, second.stderr[-3000:]
+    assert f"pid {learner.proc.pid} " in second.stderr
+    assert (learner.run_dir / "wal.log").stat().st_size >= wal_before and learner.status()["env_steps"] >= 0
+
+
+def test_a_learner_refuses_a_damaged_write_ahead_log_until_told_to_set_it_aside(tmp_path):
+    from robotrl.runtime.transport.service import GENERATION
+    from robotrl.runtime.transport.wal import DamagedLogError, WriteAheadLog
+
+    run_dir = tmp_path / "run"
+    wal = WriteAheadLog(run_dir / "wal.log")
+    starts = []
+    for _ in range(3):
+        starts.append(wal.size_bytes)
+        wal.append(encode({}, {"protocol": PROTOCOL_VERSION, "kind": GENERATION, "generation": 0}))
+    wal.close()
+    damaged = bytearray((run_dir / "wal.log").read_bytes())
+    damaged[starts[1] + 40] ^= 1
+    (run_dir / "wal.log").write_bytes(bytes(damaged))
+
+    def learner(*overrides):
+        with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+            return Learner(to_learner_config(compose("learner", ["task=gym", "device=cpu", *overrides])), run_dir)
+
+    with pytest.raises(
+        DamagedLogError, match=rf"wal\.log is damaged at byte {starts[1]} .*wal_on_corruption=set_aside"
+    ):
+        learner()
+    assert (run_dir / "wal.log").read_bytes() == bytes(damaged)
+    started = learner("server.wal_on_corruption=set_aside")
+    started.wal.close()
+    assert [p.read_bytes() for p in run_dir.glob("wal.log.corrupt-*")] == [bytes(damaged)]
 
 
 def test_learner_killed_and_restarted_loses_no_acknowledged_transition(learner):

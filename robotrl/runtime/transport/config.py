@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 TOKEN_ENV = "ROBOTRL_TOKEN"
+ON_CORRUPTION = ("refuse", "set_aside")  # server.wal_on_corruption
 
 
 @dataclass
@@ -24,6 +25,11 @@ class ServeConfig:
     max_message_mb: float = 64.0  # largest request accepted (transition batches)
     heartbeat_timeout_s: float = 10.0  # an actor silent this long is reported lost
     workers: int = 8  # server threads
+    # What to do with a write-ahead log damaged before its end (a flipped bit, a bad sector; a crash's torn final
+    # record is always dropped: it was never acknowledged). Every record in the log was acknowledged to an actor,
+    # which dropped its copy, so "refuse" stops at start-up and changes nothing; "set_aside" keeps the file as
+    # <run dir>/wal.log.corrupt-<time>, replays its intact records and serves on.
+    wal_on_corruption: str = "refuse"
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -35,6 +41,10 @@ class ServeConfig:
                 raise ValueError(f"server.{name} must be > 0, got {getattr(self, name)}")
         if self.workers < 1:
             raise ValueError(f"server.workers must be >= 1, got {self.workers}")
+        if self.wal_on_corruption not in ON_CORRUPTION:
+            raise ValueError(
+                f"server.wal_on_corruption must be one of {', '.join(ON_CORRUPTION)}, got {self.wal_on_corruption!r}"
+            )
 
     @property
     def max_message_bytes(self) -> int:
