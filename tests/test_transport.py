@@ -2,6 +2,7 @@
 the token, TLS and deadlines (real gRPC on free ports)."""
 
 import importlib.util
+import logging
 import shutil
 import socket
 import subprocess
@@ -18,7 +19,7 @@ from robotrl.data.spec import TensorSpec
 from robotrl.runtime.transport.client import LearnerClient, request
 from robotrl.runtime.transport.config import ConnectConfig, ServeConfig
 from robotrl.runtime.transport.ledger import Arrival, Ledger
-from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, RpcFailure
+from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, RpcFailure, method_path
 from robotrl.runtime.transport.sender import Outbox, backoff_delay
 from robotrl.runtime.transport.server import serve
 from robotrl.runtime.transport.service import LearnerService, LearnerSpec
@@ -467,6 +468,54 @@ def test_token_is_required_and_compared():
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     finally:
         server.stop(None)
+
+
+def test_a_call_without_the_token_is_refused_from_its_metadata_before_its_request_is_read():
+    seen = []
+    handlers = {"Push": lambda req: seen.append(len(req)) or encode({}, {"ok": True})}
+    server, port = serve(handlers, ServeConfig(port=0, max_message_mb=64), token="s3cret")
+    address = f"127.0.0.1:{port}"
+    try:
+        stranger = LearnerClient(ConnectConfig(address=address, deadline_s=30))
+        with pytest.raises(grpc.RpcError) as err:
+            stranger.call("Push", b"\0" * (60 * MB))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED and seen == []
+
+        # a request that never comes: only a refusal made on the metadata alone can answer before the deadline
+        never_sent = threading.Event()
+
+        def withheld():
+            never_sent.wait(10)
+            yield b""
+
+        call = stranger.channel.stream_unary(method_path("Push"), _registered_method=False)
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            call(withheld(), timeout=5)
+        never_sent.set()
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED and time.monotonic() - started < 2
+        assert seen == []
+        assert LearnerClient(ConnectConfig(address=address), token="s3cret").push(b"x") == {"ok": True}
+        assert seen == [1]
+    finally:
+        server.stop(None)
+
+
+def test_an_open_learner_and_a_token_sent_in_plaintext_are_warned_about(caplog):
+    with caplog.at_level(logging.WARNING):
+        server, _ = echo_server()
+        server.stop(None)
+    assert "with no token: every user of this machine can push transitions" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        server, _ = echo_server(token="t")
+        server.stop(None)
+        LearnerClient(ConnectConfig(address="127.0.0.1:1"), token="t").close()
+        LearnerClient(ConnectConfig(address="10.0.0.7:50051")).close()  # no token to leak
+    assert caplog.text == ""
+    with caplog.at_level(logging.WARNING):
+        LearnerClient(ConnectConfig(address="10.0.0.7:50051"), token="t").close()
+    assert "connecting to 10.0.0.7:50051 without TLS: the token" in caplog.text
 
 
 def test_serving_beyond_loopback_needs_a_token():

@@ -20,7 +20,7 @@ from robotrl.runtime.transport.protocol import (
     WEIGHTS,
     method_path,
 )
-from robotrl.runtime.transport.security import auth_metadata, load_token, open_channel
+from robotrl.runtime.transport.security import auth_metadata, load_token, open_channel, warn_if_token_in_plaintext
 from robotrl.runtime.transport.wire import decode, encode
 
 SMALL_RESPONSE_BYTES = 1 << 20
@@ -35,7 +35,9 @@ class LearnerClient:
     def __init__(self, cfg: ConnectConfig, token: str | None = None):
         cfg.validate()
         self.cfg = cfg
-        self.metadata = auth_metadata(token if token is not None else load_token(cfg.token_file))
+        token = token if token is not None else load_token(cfg.token_file)
+        warn_if_token_in_plaintext(cfg, token)
+        self.metadata = auth_metadata(token)
         self.channel = open_channel(cfg)
         self._calls = {
             method: self.channel.unary_unary(method_path(method), _registered_method=False)

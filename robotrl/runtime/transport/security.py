@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import grpc
@@ -32,12 +33,63 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
 
 
-def authorized(context: grpc.ServicerContext, token: str | None) -> bool:
-    """Whether the call carries `token` (always, when the server has none); compared in constant time."""
-    if token is None:
-        return True
-    sent = dict(context.invocation_metadata()).get(AUTH_METADATA_KEY, "")
-    return hmac.compare_digest(sent.encode(), f"Bearer {token}".encode())
+def carries_token(metadata: Iterable[tuple[str, str | bytes]], token: str) -> bool:
+    """Whether a call's metadata carries `token`; compared in constant time."""
+    sent = dict(metadata).get(AUTH_METADATA_KEY, "")
+    sent = sent if isinstance(sent, bytes) else sent.encode()
+    return hmac.compare_digest(sent, f"Bearer {token}".encode())
+
+
+class TokenCheck(grpc.ServerInterceptor):
+    """Refuses a call without the token (UNAUTHENTICATED) from its metadata alone, before its request is read: a
+    stranger's 60 MiB request costs the learner nothing but the refusal."""
+
+    def __init__(self, token: str):
+        self._token = token
+
+    def intercept_service(self, continuation, handler_call_details):
+        if carries_token(handler_call_details.invocation_metadata or (), self._token):
+            return continuation(handler_call_details)
+        return _REFUSE_UNAUTHENTICATED
+
+
+def _refuse_unauthenticated(requests, context: grpc.ServicerContext) -> None:
+    # a handler that streams its requests is called before any is read; it never reads one
+    log.warning("%s refused: missing or wrong token", context.peer())
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+
+
+_REFUSE_UNAUTHENTICATED = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
+
+
+def warn_if_open(cfg: ServeConfig, token: str | None) -> None:
+    """Say at start-up who can call a learner that has no token."""
+    if token is not None:
+        return
+    who = "every user of this machine" if is_loopback(cfg.host) else "anyone who can reach this host"
+    log.warning(
+        "serving on %s with no token: %s can push transitions into the replay and read the weights; set "
+        "server.token_file or $%s to shut them out",
+        cfg.host,
+        who,
+        TOKEN_ENV,
+    )
+
+
+def warn_if_token_in_plaintext(cfg: ConnectConfig, token: str | None) -> None:
+    """Warn, once per address, that the token would cross the network unencrypted (not over loopback)."""
+    host = cfg.address.rpartition(":")[0].strip("[]")
+    if token is None or cfg.tls_ca is not None or is_loopback(host) or cfg.address in _warned_plaintext:
+        return
+    _warned_plaintext.add(cfg.address)
+    log.warning(
+        "connecting to %s without TLS: the token and all traffic cross the network in plaintext, so anyone on the "
+        "path can read the token and act as this actor; set learner.tls_ca (and the learner's server.tls_cert)",
+        cfg.address,
+    )
+
+
+_warned_plaintext: set[str] = set()
 
 
 def check_serve_security(cfg: ServeConfig, token: str | None) -> None:

@@ -1,8 +1,8 @@
 """A gRPC server for the learner's methods: raw-bytes generic handlers, token check, errors mapped to status codes.
 
-A handler takes the request bytes and returns the response bytes. `WireError` becomes INVALID_ARGUMENT,
-`RpcFailure` its own code, any other exception INTERNAL (logged with its traceback); the server keeps
-serving after every one of them.
+The token is checked by an interceptor, from the call's metadata, before its request is read. A handler takes
+the request bytes and returns the response bytes. `WireError` becomes INVALID_ARGUMENT, `RpcFailure` its own
+code, any other exception INTERNAL (logged with its traceback); the server keeps serving after every one of them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import grpc
 
 from robotrl.runtime.transport.config import ServeConfig
 from robotrl.runtime.transport.protocol import SERVICE, RpcFailure
-from robotrl.runtime.transport.security import authorized, check_serve_security, server_credentials
+from robotrl.runtime.transport.security import TokenCheck, check_serve_security, server_credentials, warn_if_open
 from robotrl.runtime.transport.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,9 @@ def serve(handlers: Mapping[str, Handler], cfg: ServeConfig, token: str | None) 
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 0),  # a second learner on the same port must fail, not share it
     ]
-    server = grpc.server(ThreadPoolExecutor(max_workers=cfg.workers), options=options)
-    methods = {name: grpc.unary_unary_rpc_method_handler(_guarded(name, fn, token)) for name, fn in handlers.items()}
+    interceptors = [TokenCheck(token)] if token is not None else []
+    server = grpc.server(ThreadPoolExecutor(max_workers=cfg.workers), interceptors=interceptors, options=options)
+    methods = {name: grpc.unary_unary_rpc_method_handler(_guarded(name, fn)) for name, fn in handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     address = f"{host}:{cfg.port}"
@@ -49,14 +50,12 @@ def serve(handlers: Mapping[str, Handler], cfg: ServeConfig, token: str | None) 
         raise OSError(f"cannot listen on {address} (port in use?)")
     server.start()
     log.info("serving %s on %s:%d (%s)", SERVICE, cfg.host, port, "TLS" if credentials else "plaintext")
+    warn_if_open(cfg, token)
     return server, port
 
 
-def _guarded(name: str, handler: Handler, token: str | None):
+def _guarded(name: str, handler: Handler):
     def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
-        if not authorized(context, token):
-            log.warning("%s from %s refused: missing or wrong token", name, context.peer())
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
         try:
             return handler(request)
         except WireError as err:
