@@ -150,6 +150,11 @@ class LearnerConfig:
         for name in ("learning_starts", "total_steps", "threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.server.max_concurrent_calls <= self.max_actors:
+            raise ValueError(
+                f"server.max_concurrent_calls ({self.server.max_concurrent_calls}) must exceed max_actors "
+                f"({self.max_actors}): each actor makes a call at a time, beside status calls"
+            )
         if self.total_steps and self.learning_starts >= self.total_steps and not self.hil.pretrain_updates:
             raise ValueError(
                 f"learning_starts ({self.learning_starts}) must be below total_steps ({self.total_steps}): the "
@@ -338,7 +343,8 @@ class Learner:
         self.board.publish(agent, agent.num_updates)
 
     def start_serving(self) -> int:
-        self.server, self.port = serve(self.service.handlers(), self.cfg.server, self.token)
+        service = self.service
+        self.server, self.port = serve(service.handlers(), self.cfg.server, self.token, service.request_limits())
         self.started = time.monotonic()  # actors get server.heartbeat_timeout_s from here to come back
         write_atomic(self.run_dir / "learner_address", f"{self.cfg.server.host}:{self.port}\n".encode())
         return self.port

@@ -94,6 +94,8 @@ def test_learner_and_actor_configs_are_structured():
             to_learner_config(compose("learner", ["backend=bullet"]))
         with pytest.raises(ValueError, match=r"learning_starts \(1000\) must be below total_steps \(500\)"):
             to_learner_config(compose("learner", ["total_steps=500"]))
+        with pytest.raises(ValueError, match=r"server\.max_concurrent_calls \(16\) must exceed max_actors \(16\)"):
+            to_learner_config(compose("learner", ["max_actors=16"]))
     assert on_genesis.task.backend == learner_on_genesis.task.backend == "genesis"
     assert learner_cfg.server.host == "127.0.0.1" and learner_cfg.server.port == 6000 and learner_cfg.weights_every == 5
     assert learner_cfg.agent.name == "sac" and actor_cfg.learner.address == "gpu-box:6000"

@@ -501,6 +501,96 @@ def test_a_call_without_the_token_is_refused_from_its_metadata_before_its_reques
         server.stop(None)
 
 
+def test_calls_beyond_the_cap_are_refused_at_once_and_calls_within_it_are_served():
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(req):
+        entered.set()
+        release.wait(10)
+        return encode({}, {"ok": True})
+
+    server, port = serve({"Status": slow}, ServeConfig(port=0, max_concurrent_calls=1), None)
+    try:
+        client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}", deadline_s=10))
+        first = client._calls["Status"].future(request({}), timeout=10)
+        assert entered.wait(5)
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            client.status()
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() - started < 2
+        release.set()
+        assert decode(first.result(), MB)[0] == {"ok": True}
+        assert client.status() == {"ok": True}  # the cap counts calls in flight, not calls made
+    finally:
+        release.set()
+        server.stop(None)
+    with pytest.raises(ValueError, match=r"server\.max_concurrent_calls must be >= 1, got 0"):
+        ServeConfig(max_concurrent_calls=0).validate()
+
+
+def test_small_methods_refuse_a_large_request_before_their_handler_sees_it(tmp_path):
+    service = LearnerService(
+        LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, 4 * MB, 1.0),
+        group(),
+        WriteAheadLog(tmp_path / "wal.log"),
+        WeightsBoard("x"),
+    )
+    limits = service.request_limits()
+    assert set(limits) == {"Register", "Weights", "Heartbeat", "Status"} and max(limits.values()) <= 64 * 1024
+    seen = []
+    handlers = {name: (lambda req, name=name: seen.append(name) or encode({}, {})) for name in [*limits, "Push"]}
+    server, port = serve(handlers, ServeConfig(port=0), None, limits)
+    try:
+        client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}"))
+        for name in limits:
+            with pytest.raises(grpc.RpcError) as err:
+                client.call(name, b"\0" * (MB // 2))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"a request of {MB // 2} bytes exceeds {name}'s limit of {limits[name]} bytes" in err.value.details()
+        assert seen == []
+        client.call("Push", b"\0" * (MB // 2))  # transition batches keep the server-wide limit
+        assert seen == ["Push"]
+    finally:
+        server.stop(None)
+        service.wal.close()
+
+
+class _Refused(grpc.RpcError):
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "refused"
+
+
+def test_an_actor_retries_a_batch_refused_for_the_call_cap_and_drops_one_over_the_size_limit():
+    from robotrl.runtime.transport.sender import Sender
+
+    class Learner:
+        cfg = ConnectConfig()
+
+        def push(self, payload):
+            raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+        def close(self):
+            pass
+
+    first_reply = {"agent": {}, "acked_seq": -1, "max_message_bytes": 4096}
+    outbox = Outbox(capacity=4)
+    sender = Sender(lambda: Learner(), Learner(), {"actor_id": "a", "session": "s"}, first_reply, outbox, {})
+    outbox.put({"x": torch.zeros(4)}, env_steps=1, env_step=1)
+    with pytest.raises(grpc.RpcError):
+        sender._push(outbox.oldest())  # the cap on concurrent calls: kept, resent after a backoff
+    assert len(outbox) == 1 and sender.refused_batches == 0
+    outbox.acknowledge(0)
+    outbox.put({"x": torch.zeros(4096)}, env_steps=1, env_step=2)
+    sender._push(outbox.oldest())  # over the learner's limit: it will never take these bytes
+    assert len(outbox) == 0 and sender.refused_batches == 1
+
+
 def test_an_open_learner_and_a_token_sent_in_plaintext_are_warned_about(caplog):
     with caplog.at_level(logging.WARNING):
         server, _ = echo_server()

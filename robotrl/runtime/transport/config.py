@@ -25,6 +25,10 @@ class ServeConfig:
     max_message_mb: float = 64.0  # largest request accepted (transition batches)
     heartbeat_timeout_s: float = 10.0  # an actor silent this long is reported lost
     workers: int = 8  # server threads
+    # Calls served at once; more are refused (RESOURCE_EXHAUSTED, an actor retries) before their requests are read.
+    # Each call in flight may hold a request of up to max_message_mb, so this bounds what a flood of calls can make
+    # the learner hold (16 x 64 MiB = 1 GiB). An actor makes one call at a time: keep it above max_actors.
+    max_concurrent_calls: int = 16
     # What to do with a write-ahead log damaged before its end (a flipped bit, a bad sector; a crash's torn final
     # record is always dropped: it was never acknowledged). Every record in the log was acknowledged to an actor,
     # which dropped its copy, so "refuse" stops at start-up and changes nothing; "set_aside" keeps the file as
@@ -39,8 +43,9 @@ class ServeConfig:
         for name in ("max_message_mb", "heartbeat_timeout_s"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f"server.{name} must be > 0, got {getattr(self, name)}")
-        if self.workers < 1:
-            raise ValueError(f"server.workers must be >= 1, got {self.workers}")
+        for name in ("workers", "max_concurrent_calls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"server.{name} must be >= 1, got {getattr(self, name)}")
         if self.wal_on_corruption not in ON_CORRUPTION:
             raise ValueError(
                 f"server.wal_on_corruption must be one of {', '.join(ON_CORRUPTION)}, got {self.wal_on_corruption!r}"

@@ -173,6 +173,7 @@ class Sender:
         self.refused_batches = 0
         self.reconnects = 0
         self.learner_total_steps = 0  # the learner's total_steps (registration replies); 0: it trains until stopped
+        self.learner_max_message_bytes = 0  # the learner's request size limit (registration replies); 0: not told
         self._apply_reply(first_reply)
         self.outbox.acknowledge(first_reply["acked_seq"])
         self._thread = threading.Thread(target=self._run, name=f"sender-{registration['actor_id']}", daemon=True)
@@ -258,9 +259,12 @@ class Sender:
         try:
             reply = self.client.push(batch.payload)
         except grpc.RpcError as err:
-            # INVALID_ARGUMENT: the learner's checks; RESOURCE_EXHAUSTED: gRPC's message size limit (resending
-            # the same bytes would loop forever while nothing else is delivered)
+            # INVALID_ARGUMENT: the learner's checks; RESOURCE_EXHAUSTED for a batch over the learner's size limit
+            # (resending the same bytes would loop forever while nothing else is delivered). RESOURCE_EXHAUSTED for
+            # a batch within it is the learner's cap on concurrent calls: retried.
             if err.code() not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
+                raise
+            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and not self._over_size_limit(batch.payload):
                 raise
             # the learner will never take this batch: drop it (the learner cuts the stream at the gap)
             self.refused_batches += 1
@@ -278,11 +282,16 @@ class Sender:
         self._apply_reply(reply)  # before the acknowledgement: a paced actor never misses an acknowledged batch
         self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
 
+    def _over_size_limit(self, payload: bytes) -> bool:
+        return not self.learner_max_message_bytes or len(payload) > self.learner_max_message_bytes
+
     def _apply_reply(self, reply: dict[str, Any]) -> None:
         self.learner_env_steps = int(reply.get("env_steps", 0))
         self.learner_untrained_steps = int(reply.get("untrained_steps", 0))
         if "total_steps" in reply:  # registration replies: a learner restarted with another budget says so
             self.learner_total_steps = int(reply["total_steps"])
+        if "max_message_bytes" in reply:
+            self.learner_max_message_bytes = int(reply["max_message_bytes"])
         self.learner_weights = reply.get("weights_id")
 
     def _pull_weights_if_new(self) -> None:

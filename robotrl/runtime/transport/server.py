@@ -26,8 +26,16 @@ Handler = Callable[[bytes], bytes]
 OVERSIZE_SLACK = 1 << 20
 
 
-def serve(handlers: Mapping[str, Handler], cfg: ServeConfig, token: str | None) -> tuple[grpc.Server, int]:
-    """Start serving `handlers` on cfg.host:cfg.port; returns the server and the bound port."""
+def serve(
+    handlers: Mapping[str, Handler],
+    cfg: ServeConfig,
+    token: str | None,
+    request_limits: Mapping[str, int] | None = None,
+) -> tuple[grpc.Server, int]:
+    """Start serving `handlers` on cfg.host:cfg.port; returns the server and the bound port. A method named in
+    `request_limits` refuses a larger request (INVALID_ARGUMENT) before its handler sees it. gRPC reads a request
+    whole before any of this code runs: the server-wide limit (server.max_message_mb) bounds that read, and only
+    callers that passed the token check get that far."""
     cfg.validate()
     check_serve_security(cfg, token)
     options = [
@@ -36,8 +44,16 @@ def serve(handlers: Mapping[str, Handler], cfg: ServeConfig, token: str | None) 
         ("grpc.so_reuseport", 0),  # a second learner on the same port must fail, not share it
     ]
     interceptors = [TokenCheck(token)] if token is not None else []
-    server = grpc.server(ThreadPoolExecutor(max_workers=cfg.workers), interceptors=interceptors, options=options)
-    methods = {name: grpc.unary_unary_rpc_method_handler(_guarded(name, fn)) for name, fn in handlers.items()}
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=cfg.workers),
+        interceptors=interceptors,
+        options=options,
+        maximum_concurrent_rpcs=cfg.max_concurrent_calls,  # beyond: RESOURCE_EXHAUSTED before the request is read
+    )
+    limits = request_limits or {}
+    methods = {
+        name: grpc.unary_unary_rpc_method_handler(_guarded(name, fn, limits.get(name))) for name, fn in handlers.items()
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     address = f"{host}:{cfg.port}"
@@ -54,9 +70,13 @@ def serve(handlers: Mapping[str, Handler], cfg: ServeConfig, token: str | None) 
     return server, port
 
 
-def _guarded(name: str, handler: Handler):
+def _guarded(name: str, handler: Handler, max_request_bytes: int | None):
     def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
         try:
+            if max_request_bytes is not None and len(request) > max_request_bytes:
+                raise WireError(
+                    f"a request of {len(request)} bytes exceeds {name}'s limit of {max_request_bytes} bytes"
+                )
             return handler(request)
         except WireError as err:
             code, message = grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {err}"

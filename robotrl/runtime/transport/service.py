@@ -90,6 +90,10 @@ class LearnerService:
         self.trained_steps = 0
         self.last_checkpoint_step: int | None = None
 
+    def request_limits(self) -> dict[str, int]:
+        """The largest request each method but Push takes: none carries tensors."""
+        return {method: SMALL_REQUEST_BYTES for method in (REGISTER, WEIGHTS, HEARTBEAT, STATUS)}
+
     def handlers(self) -> dict[str, Callable[[bytes], bytes]]:
         return {
             REGISTER: self.register,
