@@ -193,22 +193,22 @@ def test_filter_before_reset_is_refused():
 
 
 def test_every_correction_kind_is_counted_and_reported():
-    shield = make_shield(command_timeout=0.05, hold_after=0.01, stop_after=0.03)
+    shield = make_shield(command_timeout=0.05, hold_after=0.01, stop_after=0.03, tracking_error=0.15)
     fired = {}
     clock = [0.0]
 
-    def step(command=None, age=0.0, gripper=None, lag=0.0):
-        clock[0] += DT
-        measured = shield._output - lag  # a joint state that lags the setpoint by `lag`
-        out = shield.filter(command, measured, clock[0] - age, clock[0], gripper=gripper)
+    def step(command=None, stamp=None, gripper=None, measured=None, wait=0.0):
+        clock[0] += DT + wait
+        measured = shield._output if measured is None else measured
+        out = shield.filter(command, measured, clock[0] if stamp is None else stamp, clock[0], gripper=gripper)
         for kind in CORRECTION_KINDS:
             if out.info[f"safety/{kind}"]:
                 fired[kind] = fired.get(kind, 0) + 1
         return out
 
-    def settle(age):  # let a hold's brake finish (reset() refuses a moving setpoint)
+    def settle(stamp):  # let a hold's brake finish (reset() refuses a moving setpoint)
         while not shield.at_rest:
-            step(age=age)
+            step(stamp=stamp)
 
     nan_command = HOME.clone()
     nan_command[2] = float("nan")
@@ -221,25 +221,32 @@ def test_every_correction_kind_is_counted_and_reported():
     low = HOME.clone()
     low[1], low[3] = 1.5, -0.3  # reaches down past the box floor
     step(low)
-    step(lag=0.2)  # the arm lags its setpoint by more than tracking_error (0.15 rad): re-seeded
+    blocked = shield._output.clone()
+    for _ in range(300):  # the arm stops while its setpoint moves on: re-seeded once the lag passes 0.15 rad
+        if step(low, measured=blocked).info["safety/tracking_error"]:
+            break
+    step(measured=shield._output + 0.3)  # a joint state 0.3 rad off in 1 ms: a glitch, refused
+    step(stamp=clock[0] - 0.005)  # stamped before the newest state: refused
     for _ in range(60):
         step()  # no command for 60 ms > 50: command timeout
-    step(HOME, age=0.015)  # 15 ms old state: hold
-    step(HOME, age=0.05)  # 50 ms old: stop, latched
+    frozen = clock[0]
+    step(HOME, stamp=frozen, wait=0.014)  # no joint state for 15 ms: hold
+    step(HOME, stamp=frozen, wait=0.035)  # for 50 ms: stop, latched
     assert shield.latched == "stale_stop"
     with pytest.raises(ShieldResetError, match="braking"):
         shield.reset(shield._output, clock[0], clock[0])
-    settle(age=0.05)
+    settle(stamp=frozen)
     shield.reset(shield._output, clock[0], clock[0])
     shield.estop(True)
     step(HOME)
     shield.estop(False)
-    settle(age=0.0)
+    settle(stamp=None)
     shield.acknowledge_estop()
     shield.reset(shield._output, clock[0], clock[0])
     step(HOME, gripper=float("nan"))
     step(HOME, gripper=1.0)
-    expected = set(CORRECTION_KINDS) - {"delta_clip", "motion_error"}
+    step(HOME, gripper=0.0)  # 1 ms after the last change: waits for gripper_min_interval
+    expected = set(CORRECTION_KINDS) - {"delta_clip", "motion_error", "workspace_guard"}
     assert expected <= set(fired), f"not fired: {expected - set(fired)}"
     assert {kind: shield.counts[kind] for kind in fired} == fired
     info = step().info
@@ -357,9 +364,10 @@ def test_at_rest_means_the_brake_has_finished_not_a_velocity_near_zero():
             command = target
         shield.filter(command, shield._output, now, now)
     slow_but_moving, rested = 0, None
+    last_state, now = now, now + 0.1
     for _ in range(300):
         now += period
-        out = shield.filter(None, shield._output, now - 1.0, now)  # a state far past stop_after: stopped
+        out = shield.filter(None, shield._output, last_state, now)  # no state for over stop_after: stopped
         assert out.mode == "stop"
         if rested is not None:
             assert torch.equal(out.target, rested)
@@ -497,7 +505,7 @@ def test_estop_latches_until_released_acknowledged_and_reset():
 
 
 def test_gripper_is_clamped_and_nan_holds():
-    shield = make_shield()
+    shield = make_shield(gripper_min_interval=0.0)
     assert shield.filter(None, HOME, 0.001, 0.001, gripper=0.5).gripper.item() == pytest.approx(0.04)
     assert shield.filter(None, HOME, 0.002, 0.002, gripper=float("nan")).gripper.item() == pytest.approx(0.04)
     assert shield.filter(None, HOME, 0.003, 0.003, gripper=-1.0).gripper.item() == 0.0
@@ -505,7 +513,7 @@ def test_gripper_is_clamped_and_nan_holds():
 
 
 def test_gripper_keeps_its_setpoint_while_the_arm_holds():
-    shield = make_shield(hold_after=0.002, stop_after=0.5)
+    shield = make_shield(hold_after=0.002, stop_after=0.5, gripper_min_interval=0.0)
     assert shield.filter(None, HOME, 0.001, 0.001, gripper=0.0).gripper.item() == 0.0  # tracking: follows
     held = shield.filter(None, HOME, 0.001, 0.010, gripper=0.04)  # a 9 ms old state: the arm holds
     assert held.mode == "hold" and held.gripper.item() == 0.0
@@ -535,7 +543,12 @@ def test_simulated_panda_stays_inside_under_hostile_commands():
     data.ctrl[:7] = HOME.numpy()
     mujoco.mj_forward(model, data)
     config = ShieldConfig(
-        control_period=period, velocity_scale=0.85, workspace_min=BOX_MIN, workspace_max=BOX_MAX, workspace_margin=0.03
+        control_period=period,
+        velocity_scale=0.85,
+        tracking_error=0.15,
+        workspace_min=BOX_MIN,
+        workspace_max=BOX_MAX,
+        workspace_margin=0.03,
     )
     shield = Shield.from_spec(SPEC, config, PANDA_XML)
     shield.reset(HOME, 0.0, 0.0)
@@ -596,15 +609,23 @@ def test_a_lagging_arm_is_reseeded_and_never_sprints(tracking_error):
 
 
 def test_reseed_starts_from_the_measured_state():
-    shield = make_shield(command_timeout=10.0)
+    shield = make_shield(command_timeout=10.0, tracking_error=0.15)
     drive(shield, [HOME + 0.4] + [None] * 100)  # moving
-    measured = shield._output.clone()
-    measured[2] -= 0.3  # joint3 is 0.3 rad behind
-    now = 0.102
-    out = shield.filter(None, measured, now, now, joint_velocity=torch.zeros(7, dtype=torch.float64))
+    measured, now, out = shield._output.clone(), 0.101, None
+    zero = torch.zeros(7, dtype=torch.float64)
+    for _ in range(300):  # joint3 stops; the others follow their setpoints
+        now += DT
+        measured = torch.cat([shield._output[:2], measured[2:3], shield._output[3:]])
+        before = shield._output.clone()
+        out = shield.filter(None, measured, now, now, joint_velocity=zero)
+        if out.info["safety/tracking_error"]:
+            break
     assert out.info["safety/tracking_error"] == 1
-    # the setpoint continues from the measured joint at rest (the given velocity), not from the old setpoint
-    assert abs(out.target[2] - measured[2]) <= shield.limits.acceleration[2] * DT * DT
+    # the lag passed the bound in tracking_samples states in a row; the setpoint jumped the bound toward the
+    # measurement, no further, and goes on from there at the given velocity (zero)
+    settle = shield.limits.acceleration[2] * DT * DT
+    assert abs(out.target[2] - measured[2]) <= shield.config.tracking_samples * shield.limits.max_step[2] + settle
+    assert abs(out.target[2] - before[2]) <= 0.15 + settle
     assert torch.allclose(
         out.target[[0, 1, 3, 4, 5, 6]], measured[[0, 1, 3, 4, 5, 6]], atol=shield.limits.max_step.max()
     )
@@ -658,3 +679,156 @@ def test_site_positions_match_the_torch_forward_kinematics(tmp_path):
         np.testing.assert_allclose(chain.site_positions(q.numpy()), chain.position(q).numpy(), atol=1e-12, rtol=0)
     with pytest.raises(ValueError, match="joint positions"):
         chain.site_positions(np.zeros(4))
+
+
+# ---------------------------------------------------------------- hostile review: brake, glitches, chatter
+
+
+def panda_plant():
+    model = mujoco.MjModel.from_xml_path(str(PANDA_XML))
+    data = mujoco.MjData(model)
+    data.qpos[:7] = HOME.numpy()
+    data.ctrl[:7] = HOME.numpy()
+    mujoco.mj_forward(model, data)
+    return model, data
+
+
+def test_the_setpoints_are_the_samples_of_the_checked_plan():
+    """A move is planned and checked once, then followed: the setpoints are that trajectory's samples, also
+    while other moves are planned (and not taken) from the states along it."""
+    shield = make_shield(command_timeout=10.0)
+    motion = shield.motion
+    goal = HOME + torch.tensor([0.4, 0.3, -0.3, 0.2, 0.5, -0.4, 0.3], dtype=torch.float64)
+    plan = motion.plan(goal)
+    motion.follow(plan)
+    for k in range(1, 400):
+        motion.plan(HOME - 0.5)  # planned from here, never followed
+        step = motion.step()
+        expected = goal if k * DT >= plan.duration else torch.from_numpy(plan.state(k * DT)[0])
+        assert torch.equal(step.position, expected), k
+
+
+def test_the_output_never_leaves_the_box_whatever_the_motion_stage_planned():
+    shield = make_shield(command_timeout=10.0)
+    outside = HOME.clone()
+    outside[1], outside[3] = 1.5, -0.3  # the tool point ends below the box floor
+    shield.motion.follow(shield.motion.plan(outside))  # a plan nobody checked
+    targets = drive(shield, [None] * 1500)
+    assert shield.box.contains(shield.chain.position(targets), margin=0.0).all()
+    assert shield.counts["workspace_guard"] == 1 and shield.at_rest
+
+
+def chatter(steps: int, period: int, generator: torch.Generator, shield: Shield) -> list:
+    """1 mrad of dither around a soft joint limit every control period, and a limit-to-limit yank every
+    `period` periods (a policy stuck against a limit, then thrown across)."""
+    lower, upper = shield.limits.lower, shield.limits.upper
+    commands, base = [], HOME.clone()
+    for i in range(steps):
+        if i % period == 0:
+            base = torch.where(torch.rand(7, generator=generator) < 0.5, upper, lower)
+            commands.append(torch.where(base == upper, UPPER, LOWER))
+        else:
+            commands.append(base + (0.001 if i % 2 else -0.001))
+    return commands
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_limit_chatter_with_yanks_and_holds_keeps_every_setpoint_in_the_box(seed):
+    """The Panda in MuJoCo at 500 Hz: chatter at the soft limits, yanks across, and every 0.2 s a stale state
+    or a silent policy for 20-60 ms (the hold brakes from full speed). Every setpoint sent and the tool point
+    stay inside the box; every step within the per-step limit."""
+    model, data = panda_plant()
+    period = model.opt.timestep
+    config = ShieldConfig(
+        control_period=period, workspace_min=BOX_MIN, workspace_max=BOX_MAX, command_timeout=0.02, stop_after=1.0
+    )
+    shield = Shield.from_spec(SPEC, config, PANDA_XML)
+    shield.reset(HOME, 0.0, 0.0)
+    generator = torch.Generator().manual_seed(seed)
+    commands = chatter(3000, 30, generator, shield)
+    site = model.site(SPEC.end_effector_site).id
+    targets, worst_box, stamp = [], -math.inf, 0.0
+    for i, command in enumerate(commands):
+        now = (i + 1) * period
+        phase = i % 100
+        stale = 40 <= phase < 40 + 10 * (seed + 1)  # no new joint state: a hold after two periods
+        silent = 70 <= phase < 90  # no command for 40 ms > command_timeout: a hold
+        if not stale:
+            stamp = now
+        out = shield.filter(None if silent else command, torch.from_numpy(data.qpos[:7].copy()), stamp, now)
+        targets.append(out.target)
+        data.ctrl[:7] = out.target.numpy()
+        mujoco.mj_step(model, data)
+        ee = data.site_xpos[site]
+        worst_box = max(worst_box, float(np.max(np.maximum(np.array(BOX_MIN) - ee, ee - np.array(BOX_MAX)))))
+    targets = torch.stack(targets)
+    assert shield.box.contains(shield.chain.position(targets), margin=0.0).all()
+    assert worst_box < 0, worst_box
+    steps = torch.cat([targets[:1] - HOME, targets.diff(dim=0)])
+    assert (steps.abs() <= shield.limits.max_step * (1 + 1e-9)).all()
+    assert shield.counts["workspace"] > 0 and shield.counts["stale_hold"] > 0 and shield.counts["command_timeout"] > 0
+
+
+def test_one_glitching_or_late_joint_state_never_jumps_the_setpoint():
+    """The Panda in MuJoCo, re-seeds on (tracking_error 0.15), sent back and forth: every 50 periods one joint
+    state is 0.3 rad off on a joint, and every 70 periods one arrives 150 ms late (its stamp says so). Before
+    these were refused, each glitch re-seeded the setpoint onto the glitch: a jump of ~60 per-step limits."""
+    model, data = panda_plant()
+    period = model.opt.timestep
+    config = ShieldConfig(control_period=period, tracking_error=0.15, command_timeout=10.0, velocity_scale=0.5)
+    shield = Shield.from_spec(SPEC, config)
+    shield.reset(HOME, 0.0, 0.0)
+    history, targets = [], []
+    away = HOME + torch.tensor([0.6, 0.4, -0.5, 0.5, 0.6, -0.5, 0.6], dtype=torch.float64)
+    for i in range(3000):
+        now = (i + 1) * period
+        q = torch.from_numpy(data.qpos[:7].copy())
+        history.append(q)
+        measured, stamp = q, now
+        if i % 50 == 25:
+            measured = q.clone()
+            measured[i % 7] += 0.3
+        elif i % 70 == 35 and i > 100:
+            measured, stamp = history[-75], now - 0.15
+        command = (away if (i // 500) % 2 == 0 else HOME) if i % 500 == 0 else None
+        out = shield.filter(command, measured, stamp, now)
+        targets.append(out.target)
+        data.ctrl[:7] = out.target.numpy()
+        mujoco.mj_step(model, data)
+    steps = torch.stack(targets).diff(dim=0).abs()
+    assert (steps <= shield.limits.max_step * (1 + 1e-9)).all(), float((steps / shield.limits.max_step).max())
+    assert shield.counts["state_glitch"] >= 50 and shield.counts["state_out_of_order"] >= 30
+    assert shield.counts["tracking_error"] == 0
+
+
+def test_a_joint_state_stamped_before_the_newest_is_refused_and_the_newest_ages():
+    shield = make_shield(hold_after=0.01, stop_after=0.5)
+    drive(shield, [HOME + 0.1] + [None] * 9)  # states stamped up to 0.010
+    old = shield._output + 0.001
+    out = shield.filter(None, old, 0.005, 0.011)  # 6 ms old but older than the newest: refused
+    assert out.info["safety/state_out_of_order"] == 1 and out.mode == "track"
+    out = shield.filter(None, old, 0.011, 0.012)  # newer: taken
+    assert out.mode == "track" and out.info["safety/state_out_of_order"] == 0
+    out = shield.filter(None, old, 0.009, 0.0225)  # refused again, and the newest (0.011) is 11.5 ms old
+    assert out.info["safety/state_out_of_order"] == 1 and out.mode == "hold"
+
+
+def test_now_must_never_go_back():
+    shield = make_shield()
+    shield.filter(None, HOME, 0.002, 0.002)
+    with pytest.raises(ValueError, match=r"now went back in time: 0.001 after 0.002"):
+        shield.filter(None, HOME, 0.002, 0.001)
+    with pytest.raises(ValueError, match="went back"):
+        shield.reset(HOME, 0.001, 0.001)
+
+
+def test_a_gripper_toggled_every_period_changes_at_most_every_min_interval():
+    shield = make_shield(command_timeout=10.0)
+    values, now = [], 0.0
+    for i in range(1500):
+        now = (i + 1) * DT
+        out = shield.filter(None, HOME, now, now, gripper=0.0 if i % 2 else 0.04)
+        values.append(float(out.gripper))
+    changes = int((np.diff(values) != 0).sum())
+    assert changes <= 1.5 / shield.config.gripper_min_interval + 1 and changes >= 10
+    assert shield.counts["gripper_rate"] > 500

@@ -19,10 +19,18 @@ class ShieldConfig:
     acceleration_scale: float = 1.0
     jerk_scale: float = 1.0
     max_step: float | Sequence[float] | None = None  # rad per control step; None: velocity limit * period
-    # rad: when a measured joint is further than this from the setpoint last sent, the motion is re-seeded
-    # from the measured state (one value or per joint; None: off). A position-controlled joint that lags far
-    # behind its setpoint sprints to catch up, faster than any velocity limit the setpoints keep.
-    tracking_error: float | Sequence[float] | None = 0.15
+    # rad: when a measured joint is further than this from the setpoint last sent (in tracking_samples
+    # accepted joint states in a row), the motion is re-seeded toward the measured state, moving the setpoint
+    # at most this far (one value or per joint; None: off). A position-controlled joint that lags far behind
+    # its setpoint sprints to catch up, faster than any velocity limit the setpoints keep; but a re-seed is a
+    # setpoint jump, which a robot whose controller wants continuous setpoints (franka) refuses: off unless a
+    # robot's config asks for it.
+    tracking_error: float | Sequence[float] | None = None
+    # consecutive lagging joint states before a re-seed: one glitching sample must never move the setpoint
+    tracking_samples: int = 3
+    # rad a joint state may move beyond what the spec's velocity limit (x 1.5) allows since the last accepted
+    # one (sensor noise, stamp jitter); further is a glitch and the state is refused (bench/shield_fuzz.py)
+    state_jump_tolerance: float = 0.01
     workspace_min: Sequence[float] | None = None  # end-effector box corners (x, y, z) in the model's world frame;
     workspace_max: Sequence[float] | None = None  # both None: no workspace check
     workspace_margin: float = 0.02  # m: targets must lie this far inside the box (room for tracking error)
@@ -35,6 +43,9 @@ class ShieldConfig:
     watchdog: bool = True
     timeout: bool = True  # the command timeout
     log_interval: float = 1.0  # s between log lines per correction kind
+    # s between gripper setpoint changes: a command sooner waits (the newest wins); a policy toggling its
+    # gripper every control period passed 1,499 of 1,500 toggles to the fingers before this limit
+    gripper_min_interval: float = 0.1
 
     @property
     def hold_after_s(self) -> float:
@@ -56,6 +67,12 @@ class ShieldConfig:
         _per_joint("position_margin", self.position_margin, num_joints, allow_zero=True)
         if self.tracking_error is not None:
             _per_joint("tracking_error", self.tracking_error, num_joints, allow_zero=False)
+        if isinstance(self.tracking_samples, bool) or not isinstance(self.tracking_samples, int):
+            raise ShieldConfigError(f"shield.tracking_samples must be an integer >= 1, got {self.tracking_samples!r}")
+        if self.tracking_samples < 1:
+            raise ShieldConfigError(f"shield.tracking_samples must be >= 1, got {self.tracking_samples}")
+        _nonnegative("state_jump_tolerance", self.state_jump_tolerance)
+        _nonnegative("gripper_min_interval", self.gripper_min_interval)
         if self.max_step is not None:
             _per_joint("max_step", self.max_step, num_joints, allow_zero=False)
         if self.has_workspace:

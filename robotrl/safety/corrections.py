@@ -15,12 +15,16 @@ CORRECTION_KINDS = (
     "jerk",
     "delta_clip",  # the output's change in one control period was clipped
     "workspace",  # the step would have left the end-effector box and was pulled back
+    "workspace_guard",  # the setpoint itself would have left the box: the last one was held (never expected)
     "stale_hold",  # joint state older than hold_after: holding
     "stale_stop",  # joint state older than stop_after (or stamped in the future): stopped until reset()
     "estop",  # the e-stop is latched: holding until reset()
     "command_timeout",  # no policy command for command_timeout: holding
     "gripper_nan",
     "gripper_limit",
+    "gripper_rate",  # a gripper command within gripper_min_interval of the last change: it waits
+    "state_out_of_order",  # a joint state stamped before the newest one: refused
+    "state_glitch",  # a joint state that moved further than the hardware can: refused
     "tracking_error",  # a measured joint lagged its setpoint by more than tracking_error: re-seeded from it
     "motion_error",  # the trajectory generator failed; the setpoint was held
 )

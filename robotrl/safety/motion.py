@@ -1,9 +1,16 @@
 """Turning a (safe) target into the next control-period setpoint: jerk-limited with ruckig, or a plain
-per-step clip when shaping is off. Both carry their state between calls and can brake to a standstill."""
+per-step clip when shaping is off. Both carry their state between calls and can brake to a standstill.
+
+A move is planned once (`plan`), checked by the caller (the workspace box looks at `Plan.path()`), and then
+followed exactly (`follow`, `step`): the setpoints sent are the samples of the trajectory that was checked.
+Re-planning to the same target from mid-move is not: ruckig's time-optimal continuation from a state on a
+trajectory may take another route (seen: one period's plan inside the margin box, the next 48 mm outside).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +31,23 @@ class MotionStep:
     acceleration_limited: bool = False
     jerk_limited: bool = False
     step_clipped: bool = False
-    failed: bool = False  # the trajectory generator reported an error; the position was held
+    failed: bool = False  # no trajectory could be planned; the motion braked or held instead
+
+
+@dataclass
+class Plan:
+    """A move from the state it was planned in: to `target` at rest, or (`target` None) a brake to rest."""
+
+    target: torch.Tensor | None
+    duration: float
+    # seconds since the start -> joint positions, velocities, accelerations [n] each (numpy float64)
+    state: Callable[[float], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+    def path(self) -> np.ndarray:
+        """Points [N, n] along the whole move, start and end included (the workspace check looks at them)."""
+        samples = min(MAX_PATH_SAMPLES, max(2, math.ceil(self.duration / PATH_SAMPLE_PERIOD) + 1))
+        step = self.duration / (samples - 1)
+        return np.stack([self.state(step * i)[0] for i in range(samples)])
 
 
 def import_ruckig():
@@ -39,12 +62,11 @@ def import_ruckig():
 
 
 class JerkLimitedMotion:
-    """One ruckig step per control period toward the target, velocity/acceleration/jerk within limits.
+    """Velocity, acceleration and jerk within limits: ruckig plans each move from the current state.
 
-    `path_to(target)` predicts the whole move from the current state (ruckig's full trajectory), which is
-    what the workspace check looks at: a retarget in mid-motion curves away from the straight segment.
-    Braking uses ruckig's velocity interface toward zero (phase-synchronized, so a brake from cruise stays
-    on the current direction of motion), and a hold never jumps.
+    `plan(target)` gives the whole move (a retarget in mid-motion curves away from the straight segment),
+    `brake_plan()` the stop from the current state (ruckig's velocity interface toward zero, phase-
+    synchronized where it can be, so a brake from cruise stays on the current direction of motion).
     """
 
     def __init__(self, limits: JointLimits, period: float):
@@ -52,10 +74,9 @@ class JerkLimitedMotion:
         self._ruckig = ruckig
         n = len(limits.lower)
         self.limits = limits
+        self.period = period
         self._generator = ruckig.Ruckig(n, period)
         self._input = ruckig.InputParameter(n)
-        self._output = ruckig.OutputParameter(n)
-        self._trajectory = ruckig.Trajectory(n)
         self._input.max_velocity = limits.velocity.tolist()
         self._input.max_acceleration = limits.acceleration.tolist()
         self._input.max_jerk = limits.jerk.tolist()
@@ -65,99 +86,136 @@ class JerkLimitedMotion:
             ruckig.Synchronization.Time,
             ruckig.Synchronization.No,
         )
-        self._velocity = limits.velocity.tolist()
-        self._acceleration = limits.acceleration.tolist()
-        self._jerk = limits.jerk.tolist()
+        self._velocity_limit = limits.velocity.numpy()
+        self._acceleration_limit = limits.acceleration.numpy()
+        self._jerk_limit = limits.jerk.numpy()
         self.position = torch.zeros(n, dtype=torch.float64)
+        self._state = (np.zeros(n), np.zeros(n), np.zeros(n))  # position, velocity, acceleration
+        self._plan: Plan | None = None
+        self._plan_steps = 0  # periods of the plan followed so far (time as a count: no drift of sums)
 
     def reset(self, position: torch.Tensor) -> None:
-        n = len(position)
+        """At rest at `position`, following nothing."""
         self.position = position.double().clone()
-        self._input.current_position = self.position.tolist()
-        self._input.current_velocity = [0.0] * n
-        self._input.current_acceleration = [0.0] * n
-        self._input.target_velocity = [0.0] * n
-        self._input.target_acceleration = [0.0] * n
-        self._generator.reset()
+        n = len(self.position)
+        self._state = (self.position.numpy().copy(), np.zeros(n), np.zeros(n))
+        self._plan = None
 
     @property
     def velocity(self) -> torch.Tensor:
-        return torch.tensor(self._input.current_velocity, dtype=torch.float64)
+        return torch.from_numpy(self._state[1].copy())
+
+    @property
+    def following(self) -> Plan | None:
+        """The plan being followed (None at rest or after a re-seed)."""
+        return self._plan
 
     def reseed(self, position: torch.Tensor, velocity: torch.Tensor) -> None:
         """Continue from a measured state (the robot lags its setpoint): position and velocity from the
-        measurement (velocity clamped to the limits), acceleration zero; the next step plans from there."""
+        measurement (velocity clamped to the limits), acceleration zero; the plan followed is dropped."""
         self.position = position.double().clone()
         limit = self.limits.velocity
         velocity = torch.minimum(torch.maximum(velocity.double(), -limit), limit)
-        self._input.current_position = self.position.tolist()
-        self._input.current_velocity = velocity.tolist()
-        self._input.current_acceleration = [0.0] * len(self.position)
-
-    def step_toward(self, target: torch.Tensor) -> MotionStep:
-        self._input.control_interface = self._ruckig.ControlInterface.Position
-        self._input.target_position = target.tolist()
-        if self._solve(self._generator.update, self._output):
-            return self._advance()
-        step = self.brake()  # no trajectory to the target: brake instead
-        step.failed = True
-        return step
+        self._state = (self.position.numpy().copy(), velocity.numpy().copy(), np.zeros(len(self.position)))
+        self._plan = None
 
     @property
     def at_rest(self) -> bool:
         """Velocity and acceleration are zero: a brake has finished and the position holds exactly. Velocity
         alone is not enough: a brake can pass a period with it near zero while its deceleration still eases
         off, and the setpoint moves after that period."""
-        return all(abs(v) < REST for v in self._input.current_velocity) and all(
-            abs(a) < REST for a in self._input.current_acceleration
-        )
+        _, velocity, acceleration = self._state
+        return bool(np.all(np.abs(velocity) < REST) and np.all(np.abs(acceleration) < REST))
 
-    def brake(self) -> MotionStep:
-        if self.at_rest:  # stay exactly still (ruckig's velocity interface drifts by ~1e-17 per step)
-            self.reset(self.position)
-            return MotionStep(self.position.clone())
-        self._input.control_interface = self._ruckig.ControlInterface.Velocity
-        if self._solve(self._generator.update, self._output):
-            return self._advance()
-        self.reset(self.position)
-        return MotionStep(self.position.clone(), failed=True)
-
-    def path_to(self, target: torch.Tensor | np.ndarray) -> np.ndarray | None:
-        """Points [N, n] (numpy) along the move to `target` from the current state (None: no trajectory)."""
+    def plan(self, target: torch.Tensor | np.ndarray) -> Plan | None:
+        """The move to `target` (at rest there) from the current state; None: ruckig found none."""
+        target = torch.as_tensor(target, dtype=torch.float64)
         self._input.control_interface = self._ruckig.ControlInterface.Position
         self._input.target_position = target.tolist()
-        if not self._solve(self._generator.calculate, self._trajectory):
-            return None
-        duration = self._trajectory.duration
-        samples = min(MAX_PATH_SAMPLES, max(2, math.ceil(duration / PATH_SAMPLE_PERIOD) + 1))
-        at_time = self._trajectory.at_time
-        step = duration / (samples - 1)
-        return np.array([at_time(step * i)[0] for i in range(samples)], dtype=np.float64)
+        return self._calculate(target.clone())
 
-    def _solve(self, method, result_holder) -> bool:
-        """Run ruckig's update or calculate with the first synchronization that works (the same choice
-        for a path and for the steps along it, as both see the same state and target)."""
+    def brake_plan(self) -> Plan | None:
+        """The stop from the current state; None: ruckig found none."""
+        self._input.control_interface = self._ruckig.ControlInterface.Velocity
+        return self._calculate(None)
+
+    def follow(self, plan: Plan) -> None:
+        """Follow `plan` from its start (it must have been planned from the current state)."""
+        self._plan, self._plan_steps = plan, 0
+
+    def step(self) -> MotionStep:
+        """One control period along the plan followed; at its end (or following none) the position holds."""
+        plan = self._plan
+        if plan is None:
+            return self._hold()
+        self._plan_steps += 1
+        elapsed = min(self._plan_steps * self.period, plan.duration)
+        position, velocity, acceleration = plan.state(elapsed)
+        if elapsed >= plan.duration:  # arrived: exactly at rest, never a drift of rounding errors
+            if plan.target is not None:
+                position = plan.target.numpy().copy()
+            velocity, acceleration = np.zeros_like(velocity), np.zeros_like(acceleration)
+            self._plan = None
+        jerk = np.abs(acceleration - self._state[2]) / self.period
+        step = MotionStep(
+            torch.from_numpy(position.copy()),
+            velocity_limited=_saturates(velocity, self._velocity_limit),
+            acceleration_limited=_saturates(acceleration, self._acceleration_limit),
+            jerk_limited=_saturates(jerk, self._jerk_limit),
+        )
+        self._state = (position, velocity, acceleration)
+        self.position = step.position
+        return step
+
+    def step_toward(self, target: torch.Tensor) -> MotionStep:
+        """One period toward `target`: along the plan followed if it goes there, else along a new plan."""
+        plan = self._plan
+        if plan is None or plan.target is None or not torch.equal(plan.target, target):
+            plan = self.plan(target)
+            if plan is None:  # no trajectory to the target: brake instead
+                step = self.brake()
+                step.failed = True
+                return step
+            self.follow(plan)
+        return self.step()
+
+    def brake(self) -> MotionStep:
+        """One period of the stop: along the brake followed, or a new one from the current state."""
+        if self.at_rest:  # stay exactly still
+            self.reset(self.position)
+            return MotionStep(self.position.clone())
+        if self._plan is None or self._plan.target is not None:
+            plan = self.brake_plan()
+            if plan is None:
+                self.reset(self.position)
+                return MotionStep(self.position.clone(), failed=True)
+            self.follow(plan)
+        return self.step()
+
+    def _hold(self) -> MotionStep:
+        self.reset(self.position)
+        return MotionStep(self.position.clone())
+
+    def _calculate(self, target: torch.Tensor | None) -> Plan | None:
+        """ruckig's trajectory from the current state with the first synchronization that works."""
+        position, velocity, acceleration = self._state
+        self._input.current_position = position.tolist()
+        self._input.current_velocity = velocity.tolist()
+        self._input.current_acceleration = acceleration.tolist()
+        n = len(position)
+        self._input.target_velocity = [0.0] * n
+        self._input.target_acceleration = [0.0] * n
         ok = (self._ruckig.Result.Working, self._ruckig.Result.Finished)
         for synchronization in self._synchronizations:
             self._input.synchronization = synchronization
+            trajectory = self._ruckig.Trajectory(n)
             try:
-                if method(self._input, result_holder) in ok:
-                    return True
+                if self._generator.calculate(self._input, trajectory) not in ok:
+                    continue
             except self._ruckig.RuckigError:
                 continue
-        return False
-
-    def _advance(self) -> MotionStep:
-        out = self._output
-        step = MotionStep(
-            torch.tensor(out.new_position, dtype=torch.float64),
-            velocity_limited=_saturates(out.new_velocity, self._velocity),
-            acceleration_limited=_saturates(out.new_acceleration, self._acceleration),
-            jerk_limited=_saturates(out.new_jerk, self._jerk),
-        )
-        out.pass_to_input(self._input)
-        self.position = step.position
-        return step
+            return Plan(target, trajectory.duration, _sampler(trajectory))
+        return None
 
     def override_position(self, position: torch.Tensor) -> None:
         """The caller changed the setpoint (a guard fired): restart from it at rest."""
@@ -167,16 +225,24 @@ class JerkLimitedMotion:
 class StepClippedMotion:
     """Shaping off: move straight to the target, at most `max_step` per joint per control period."""
 
-    def __init__(self, limits: JointLimits):
+    def __init__(self, limits: JointLimits, period: float):
         self.limits = limits
+        self.period = period
         self.position = torch.zeros(len(limits.lower), dtype=torch.float64)
+        self._plan: Plan | None = None
+        self._steps = 0
 
     def reset(self, position: torch.Tensor) -> None:
         self.position = position.double().clone()
+        self._plan = None
 
     @property
     def velocity(self) -> torch.Tensor:
         return torch.zeros_like(self.position)
+
+    @property
+    def following(self) -> Plan | None:
+        return self._plan
 
     @property
     def at_rest(self) -> bool:
@@ -185,26 +251,59 @@ class StepClippedMotion:
     def reseed(self, position: torch.Tensor, velocity: torch.Tensor) -> None:
         self.reset(position)
 
+    def plan(self, target: torch.Tensor | np.ndarray) -> Plan:
+        """Each joint moves `max_step` per period until it arrives (a bent line in joint space)."""
+        target = torch.as_tensor(target, dtype=torch.float64).clone()
+        start, max_step = self.position.numpy().copy(), self.limits.max_step.numpy()
+        delta = target.numpy() - start
+        steps = float(np.ceil(np.abs(delta) / max_step).max())
+        period, zero = self.period, np.zeros_like(start)
+
+        def state(t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            moved = np.minimum(round(t / period, 9) * max_step, np.abs(delta))
+            return start + moved * np.sign(delta), zero, zero
+
+        return Plan(target, steps * period, state)
+
+    def brake_plan(self) -> Plan:
+        return self.plan(self.position)
+
+    def follow(self, plan: Plan) -> None:
+        self._plan, self._steps = plan, 0
+
+    def step(self) -> MotionStep:
+        plan = self._plan
+        if plan is None:
+            return MotionStep(self.position.clone())
+        self._steps += 1
+        position = plan.state(self._steps * self.period)[0]
+        if self._steps * self.period >= plan.duration - 1e-12:
+            position, self._plan = plan.target.numpy().copy(), None
+        previous, self.position = self.position, torch.from_numpy(position.copy())
+        clipped = bool(((self.position - previous).abs() >= self.limits.max_step * SATURATED).any())
+        return MotionStep(self.position.clone(), step_clipped=clipped)
+
     def step_toward(self, target: torch.Tensor) -> MotionStep:
-        delta = target - self.position
-        clipped = torch.maximum(torch.minimum(delta, self.limits.max_step), -self.limits.max_step)
-        self.position = self.position + clipped
-        return MotionStep(self.position.clone(), step_clipped=bool((clipped != delta).any()))
+        plan = self._plan
+        if plan is None or not torch.equal(plan.target, target):
+            self.follow(self.plan(target))
+        return self.step()
 
     def brake(self) -> MotionStep:
+        self._plan = None
         return MotionStep(self.position.clone())
-
-    def path_to(self, target: torch.Tensor | np.ndarray) -> np.ndarray:
-        """Each joint moves `max_step` per period until it arrives (a bent line in joint space)."""
-        delta = torch.as_tensor(target, dtype=torch.float64) - self.position
-        steps = float((delta.abs() / self.limits.max_step).ceil().max())
-        at = torch.linspace(0.0, steps, min(MAX_PATH_SAMPLES, int(steps) + 1), dtype=torch.float64)
-        path = self.position + torch.minimum(at[:, None] * self.limits.max_step, delta.abs()) * delta.sign()
-        return path.numpy()
 
     def override_position(self, position: torch.Tensor) -> None:
         self.reset(position)
 
 
-def _saturates(values: list[float], limits: list[float]) -> bool:
-    return any(abs(v) >= SATURATED * limit for v, limit in zip(values, limits, strict=True))
+def _sampler(trajectory) -> Callable[[float], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def state(t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        position, velocity, acceleration = trajectory.at_time(t)
+        return np.array(position), np.array(velocity), np.array(acceleration)
+
+    return state
+
+
+def _saturates(values: np.ndarray, limits: np.ndarray) -> bool:
+    return bool(np.any(np.abs(values) >= SATURATED * limits))

@@ -1,8 +1,10 @@
 """The safety shield: every joint-position command passes through `Shield.filter` once per control period.
 
 Order of the checks in one call (docs/architecture.md, "Safety shield", says why):
-latches and holds (e-stop, joint-state age, command timeout) -> NaN guard -> joint limits -> workspace ->
-jerk-limited step (or per-step clip) -> output guards (finite, per-step change, hard joint limits).
+the joint state (out of order or physically impossible: refused) -> latches and holds (e-stop, joint-state
+age, command timeout) -> NaN guard -> joint limits -> workspace (the whole planned move, then followed
+exactly) -> jerk-limited step (or per-step clip) -> output guards (finite, per-step change, hard joint
+limits, the workspace box).
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from robotrl.safety.kinematics import KinematicChain
 from robotrl.safety.limits import JointLimits, per_joint
 from robotrl.safety.motion import JerkLimitedMotion, MotionStep, StepClippedMotion
 from robotrl.safety.watchdog import StateAge, StateWatchdog
-from robotrl.safety.workspace import WorkspaceBox, limit_target_to_workspace
+from robotrl.safety.workspace import PathCheck, WorkspaceBox, limit_target_to_workspace
 
 STEP_TOLERANCE = 1e-9  # relative slack before the per-step guard calls a ruckig step too long
+# A joint state is refused when a joint moved further since the last accepted one than its velocity limit
+# times this slack allows, plus shield.state_jump_tolerance: a sensor glitch, never a real motion.
+STATE_JUMP_SLACK = 1.5
 
 
 class ShieldResetError(RuntimeError):
@@ -63,13 +68,20 @@ class Shield:
         self.motion = (
             JerkLimitedMotion(self.limits, config.control_period)
             if config.shape_motion
-            else StepClippedMotion(self.limits)
+            else StepClippedMotion(self.limits, config.control_period)
         )
         self._tracking_bound = (
             None if config.tracking_error is None else per_joint(config.tracking_error, len(spec.joints))
         )
-        self._measured: tuple[torch.Tensor, float] | None = None  # last fresh joint state and its stamp
+        self._measured: tuple[torch.Tensor, float] | None = None  # last accepted joint state and its stamp
         self._measured_velocity = torch.zeros(len(spec.joints), dtype=torch.float64)
+        # a measured joint cannot move faster than its hardware limit: a bigger jump between samples is a glitch
+        self._velocity_bound = spec.velocity_limit.double() * STATE_JUMP_SLACK
+        self._lagging_samples = 0  # consecutive accepted samples beyond the tracking bound
+        self._last_now = -math.inf
+        self._output_outside = 0.0  # how far the last setpoint's tool point is outside the box (0: inside)
+        self._gripper_changed_at = -math.inf
+        self._gripper_pending: torch.Tensor | None = None
         self.watchdog = StateWatchdog(config.hold_after_s, config.stop_after)
         self.corrections = CorrectionCounter(config.log_interval)
         self._started = False
@@ -134,6 +146,7 @@ class Shield:
     ) -> None:
         """Start (or restart after a latch) from the measured joint state, at rest, holding it."""
         _check_time(now)
+        self._check_monotonic(now)
         if self._estop_pressed:
             raise EStopLatchedError(
                 "the e-stop is still pressed: release it, acknowledge it, then reset()", pressed=True
@@ -157,8 +170,10 @@ class Shield:
         self.motion.reset(position)
         self._measured = (position.clone(), float(state_stamp))
         self._measured_velocity.zero_()
+        self._lagging_samples = 0
         self._safe_target = position.clone()
         self._output = position.clone()
+        self._output_outside = self._outside_box(position)
         self._last_command_time = now
         self._estop_latched = self._stop_latched = self._estop_acknowledged = False
         if gripper_position is not None:
@@ -178,15 +193,21 @@ class Shield:
     ) -> SafeCommand:
         """One control period. `command` is the policy's new joint-position target, or None when the policy
         has not produced a new one since the last call (pass each command once: the timeout counts from it).
-        `state_stamp` and `now` are seconds on one monotonic clock. `joint_velocity` (measured) is used when
-        the motion is re-seeded after a tracking error; without it the velocity is estimated from the
-        joint positions of consecutive stamps."""
+        `state_stamp` is when the joint state was measured (the message's own stamp, on the clock of `now`:
+        monotonic seconds that never go back). A state stamped before the newest one accepted, or one that
+        moved further than the hardware could since then, is refused: the newest accepted state ages in its
+        place. `joint_velocity` (measured) is used when the motion is re-seeded after a tracking error;
+        without it the velocity is estimated from the joint positions of consecutive stamps."""
         if not self._started:
             raise RuntimeError("call Shield.reset(joint_position, state_stamp, now) before filter()")
         _check_time(now)
+        self._check_monotonic(now)
         count = self.corrections
         count.begin_step()
         position = self._joint_vector(joint_position, "joint_position")
+        new_sample = self._accept_state(position, state_stamp, now)
+        if not new_sample and self._measured is not None and _usable(state_stamp) and _finite(position):
+            state_stamp = self._measured[1]  # a refused or repeated sample: the newest accepted one ages
         state_age = self._state_age(position, state_stamp, now)
         if state_age is StateAge.STOP and not self._stop_latched:
             self._stop_latched = True
@@ -202,8 +223,11 @@ class Shield:
                 count.add("nan", now)
 
         reseeded = False
-        if state_age is StateAge.FRESH:
-            velocity = self._observe(position, state_stamp, joint_velocity)
+        if state_age is StateAge.FRESH and new_sample:
+            velocity = self._measured_velocity
+            if joint_velocity is not None:
+                given = self._joint_vector(joint_velocity, "joint_velocity")
+                velocity = given if bool(torch.isfinite(given).all()) else velocity
             reseeded = self._check_tracking(position, velocity, now)
 
         mode = "track"
@@ -220,27 +244,16 @@ class Shield:
             mode = "hold"
             count.add("command_timeout", now)
 
-        if mode == "track" and reseeded and self.box is not None:
-            # the predicted path changed with the state: the target being tracked must be checked again
-            kept, cut = limit_target_to_workspace(
-                self.chain, self.box, self.motion.position, self.motion.position, self._safe_target, self.motion.path_to
-            )
-            if cut:
-                self.corrections.add("workspace", now)
-            if kept is None:
-                mode = "hold"
-            else:
-                self._safe_target = kept
+        if mode == "track" and reseeded and not self._replan_from_measured(now):
+            mode = "hold"  # no move from where the arm is now keeps the tool point in the box: stop
         if mode == "track" and new_target is not None:
-            accepted = self._accept(new_target, now)
-            if accepted is None:  # no part of the move, not even the current plan, stays in the workspace
-                mode = "hold"
-            else:
-                self._safe_target = accepted
+            self._accept(new_target, now)
         if mode == "track":
-            step = self.motion.step_toward(self._safe_target)
+            step = self.motion.step()
         else:
-            step = self.motion.brake()
+            # a stale-state or timeout hold may finish the checked move when the brake would leave the box;
+            # an e-stop or a latched stop always brakes
+            step = self._brake(now, may_keep_move=mode == "hold" and not self._estop_latched)
         self._count_shaping(step, now)
         target = self._guard_output(step.position, now)
         if mode != "track":
@@ -256,29 +269,65 @@ class Shield:
         gripper_out = None if self._gripper is None else self._gripper.clone()
         return SafeCommand(target=target.clone(), gripper=gripper_out, mode=mode, info=info)
 
-    def _observe(self, position: torch.Tensor, stamp: float, joint_velocity) -> torch.Tensor:
-        """The measured joint velocity: given, or the finite difference of this state and the last fresh one."""
+    def _accept_state(self, position: torch.Tensor, stamp: float | None, now: float) -> bool:
+        """Take a joint state sample as the newest measurement, or refuse it: stamped before the newest one
+        (out of order; a repeat of the same stamp is not new either) or moved further than the hardware can
+        in the time between the stamps (a glitch). Returns whether it was taken."""
         previous = self._measured
-        if previous is None or stamp > previous[1]:
-            if previous is not None:
-                self._measured_velocity = (position - previous[0]) / (stamp - previous[1])
-            self._measured = (position.clone(), stamp)  # the caller may reuse its buffer
-        if joint_velocity is not None:
-            velocity = self._joint_vector(joint_velocity, "joint_velocity")
-            if bool(torch.isfinite(velocity).all()):
-                return velocity
-        return self._measured_velocity
+        if not _usable(stamp) or not _finite(position):
+            return False
+        if previous is not None:
+            if stamp < previous[1]:
+                self.corrections.add("state_out_of_order", now, f"stamp {stamp} after {previous[1]}")
+                return False
+            if stamp == previous[1]:
+                return False
+            elapsed = stamp - previous[1]
+            bound = self._velocity_bound * elapsed + self.config.state_jump_tolerance
+            if bool(((position - previous[0]).abs() > bound).any()):
+                self.corrections.add("state_glitch", now, f"measured {position.tolist()}")
+                return False
+            self._measured_velocity = (position - previous[0]) / elapsed
+        self._measured = (position.clone(), float(stamp))  # the caller may reuse its buffer
+        return True
 
     def _check_tracking(self, position: torch.Tensor, velocity: torch.Tensor, now: float) -> bool:
-        """Re-seed the motion from the measured state when a joint lags its last setpoint by more than the
-        bound: a position-controlled joint far from its setpoint sprints back faster than the setpoints move."""
+        """Re-seed the motion toward the measured state once a joint has lagged its last setpoint by more than
+        the bound in `tracking_samples` accepted samples in a row: a position-controlled joint far from its
+        setpoint sprints back faster than the setpoints move. The setpoint moves at most the bound toward the
+        measurement, so no single re-seed jumps further than that."""
         bound = self._tracking_bound
-        if bound is None or not bool(((position - self._output).abs() > bound).any()):
+        if bound is None:
             return False
+        lag = position - self._output
+        if not bool((lag.abs() > bound).any()):
+            self._lagging_samples = 0
+            return False
+        self._lagging_samples += 1
+        if self._lagging_samples < self.config.tracking_samples:
+            return False
+        self._lagging_samples = 0
         self.corrections.add("tracking_error", now, f"measured {position.tolist()}, setpoint {self._output.tolist()}")
-        position = torch.minimum(torch.maximum(position, self._hard_lower), self._hard_upper)
-        self.motion.reseed(position, velocity)
-        self._output = position.clone()
+        start = self._output + torch.maximum(torch.minimum(lag, bound), -bound)
+        start = torch.minimum(torch.maximum(start, self._hard_lower), self._hard_upper)
+        self.motion.reseed(start, velocity)
+        self._output = start.clone()
+        return True
+
+    def _replan_from_measured(self, now: float) -> bool:
+        """After a re-seed the move followed is gone: plan again to the tracked target from the new state,
+        checked against the box (pulled back toward where the arm is). False: no such move; brake."""
+        if self.box is None:
+            plan = self.motion.plan(self._safe_target)
+        else:
+            check = PathCheck(self.chain, self.box, self.motion.position)
+            plan, cut = limit_target_to_workspace(check, self.motion.position, self._safe_target, self.motion.plan)
+            if cut:
+                self.corrections.add("workspace", now)
+        if plan is None:
+            return False
+        self.motion.follow(plan)
+        self._safe_target = plan.target
         return True
 
     def _state_age(self, position: torch.Tensor, state_stamp: float | None, now: float) -> StateAge:
@@ -288,19 +337,45 @@ class Shield:
             return StateAge.FRESH
         return self.watchdog.classify(state_stamp, now)
 
-    def _accept(self, command: torch.Tensor, now: float) -> torch.Tensor | None:
+    def _accept(self, command: torch.Tensor, now: float) -> None:
+        """Follow the move to the command (clamped to the limits, pulled back into the box). When no part of
+        it can be allowed, the move being followed goes on: it was checked when it began."""
         target = command
         if self.config.position_limits:
             target, clamped = self.limits.clamp(target)
             if clamped:
                 self.corrections.add("position_limit", now, f"command {command.tolist()}")
-        if self.box is not None:
-            target, cut = limit_target_to_workspace(
-                self.chain, self.box, self.motion.position, self._safe_target, target, self.motion.path_to
-            )
+        if self.box is None:
+            plan = self.motion.plan(target)
+            if plan is None:
+                self.corrections.add("motion_error", now, f"no trajectory to {target.tolist()}")
+        else:
+            check = PathCheck(self.chain, self.box, self.motion.position)
+            plan, cut = limit_target_to_workspace(check, self._safe_target, target, self.motion.plan)
             if cut:
                 self.corrections.add("workspace", now)
-        return target
+        if plan is not None:
+            self.motion.follow(plan)
+            self._safe_target = plan.target
+
+    def _brake(self, now: float, may_keep_move: bool) -> MotionStep:
+        """One period of a stop. A new brake is checked against the box; where it would leave the box and
+        `may_keep_move`, the checked move being followed goes on instead (it ends at rest inside)."""
+        motion = self.motion
+        following = motion.following
+        if following is not None and following.target is None:
+            return motion.step()  # a brake already under way (checked when it began, or the only way left)
+        if motion.at_rest:
+            return motion.brake()
+        brake = motion.brake_plan()
+        if brake is None:
+            return motion.brake()  # no stop could be planned: the motion reports it and holds
+        if self.box is not None and not PathCheck(self.chain, self.box, motion.position).allows(brake):
+            self.corrections.add("workspace", now, "the brake would leave the box")
+            if may_keep_move and following is not None:
+                return motion.step()
+        motion.follow(brake)
+        return motion.step()
 
     def _count_shaping(self, step: MotionStep, now: float) -> None:
         for kind, fired in (
@@ -314,8 +389,10 @@ class Shield:
                 self.corrections.add(kind, now)
 
     def _guard_output(self, position: torch.Tensor, now: float) -> torch.Tensor:
-        """Last line: whatever the motion stage produced must be finite, within the per-step change and within
-        the hard joint limits. None of these fire in normal operation; if one does the motion restarts at rest."""
+        """Last line: whatever the motion stage produced must be finite, within the per-step change, within
+        the hard joint limits and, with a workspace, keep the tool point in the box (not its margin), or no
+        further out than the last setpoint. None of these fire in normal operation; if one does the motion
+        restarts at rest."""
         guarded = position
         if not bool(torch.isfinite(guarded).all()):
             self.corrections.add("motion_error", now, "non-finite setpoint")
@@ -329,25 +406,53 @@ class Shield:
         if bool((limited != guarded).any()):
             self.corrections.add("position_limit", now, "setpoint beyond a hard limit")
             guarded = limited
+        outside = self._outside_box(guarded)
+        if outside > self._output_outside + 1e-12:
+            # leaving the box (or going further out): hold the last setpoint, whatever the stage before planned
+            self.corrections.add("workspace_guard", now, f"setpoint {outside * 1e3:.1f} mm outside the box")
+            guarded, outside = self._output.clone(), self._output_outside
+        self._output_outside = outside
         if guarded is not position:
             self.motion.override_position(guarded)
         return guarded
 
+    def _outside_box(self, position: torch.Tensor) -> float:
+        """How far the tool point at `position` is outside the workspace box itself (margin 0); 0 inside."""
+        if self.box is None:
+            return 0.0
+        return self.box.max_distance_outside(self.chain.site_positions(position.numpy()[None]), margin=0.0)
+
+    def _check_monotonic(self, now: float) -> None:
+        if now < self._last_now:
+            raise ValueError(f"now went back in time: {now!r} after {self._last_now!r} (use a monotonic clock)")
+        self._last_now = now
+
     def _filter_gripper(self, gripper, now: float, latched: bool) -> None:
-        """Take a new gripper setpoint (clamped to the spec's range), unless `latched` keeps the old one."""
-        if gripper is None:
-            return
-        if self.spec.gripper is None:
-            raise ValueError(f"robot {self.spec.name!r} has no gripper, got a gripper command {gripper!r}")
-        value = torch.as_tensor(gripper, dtype=torch.float64).reshape(())
-        if not bool(torch.isfinite(value)):
-            self.corrections.add("gripper_nan", now)
-            return
+        """Take a new gripper setpoint (clamped to the spec's range), unless `latched` keeps the old one. The
+        setpoint changes at most once per `gripper_min_interval`: a command in between waits (the newest wins),
+        so a policy toggling every period cannot slam the fingers open and shut."""
+        if gripper is not None:
+            if self.spec.gripper is None:
+                raise ValueError(f"robot {self.spec.name!r} has no gripper, got a gripper command {gripper!r}")
+            value = torch.as_tensor(gripper, dtype=torch.float64).reshape(())
+            if not bool(torch.isfinite(value)):
+                self.corrections.add("gripper_nan", now)
+            elif not latched:
+                value, clamped = self._gripper_clamp(value)
+                if clamped:
+                    self.corrections.add("gripper_limit", now)
+                self._gripper_pending = value
         if latched:
+            self._gripper_pending = None
+        pending = self._gripper_pending
+        if pending is None:
             return
-        self._gripper, clamped = self._gripper_clamp(value)
-        if clamped:
-            self.corrections.add("gripper_limit", now)
+        if self._gripper is not None and bool(pending == self._gripper):
+            self._gripper_pending = None
+        elif now - self._gripper_changed_at >= self.config.gripper_min_interval:
+            self._gripper, self._gripper_pending, self._gripper_changed_at = pending, None, now
+        elif gripper is not None:
+            self.corrections.add("gripper_rate", now)
 
     def _gripper_clamp(self, value: torch.Tensor) -> tuple[torch.Tensor, bool]:
         if self.spec.gripper is None:
@@ -367,3 +472,11 @@ class Shield:
 def _check_time(now: float) -> None:
     if not isinstance(now, (int, float)) or not math.isfinite(now):
         raise ValueError(f"now must be finite monotonic seconds, got {now!r}")
+
+
+def _usable(stamp: float | None) -> bool:
+    return stamp is not None and math.isfinite(stamp)
+
+
+def _finite(values: torch.Tensor) -> bool:
+    return bool(torch.isfinite(values).all())

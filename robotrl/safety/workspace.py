@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from robotrl.safety.kinematics import KinematicChain
+from robotrl.safety.motion import Plan
 
 SEARCH_STEPS = 6  # bisections along the segment from the tracked target to a refused one (1/64 of it)
 
@@ -32,54 +33,60 @@ class WorkspaceBox:
     def contains(self, point: torch.Tensor, margin: float | None = None) -> torch.Tensor:
         return self.distance_outside(point, margin) == 0
 
-    def max_distance_outside(self, points: np.ndarray) -> float:
-        """The largest `distance_outside` (own margin) over points [N, 3], in numpy (the per-step check)."""
-        below = np.maximum(self._lower_inner - points, 0.0)
-        above = np.maximum(points - self._upper_inner, 0.0)
+    def max_distance_outside(self, points: np.ndarray, margin: float | None = None) -> float:
+        """The largest `distance_outside` (default: own margin) over points [N, 3], in numpy (the per-step
+        checks)."""
+        if margin is None:
+            lower, upper = self._lower_inner, self._upper_inner
+        else:
+            lower, upper = self._lower_inner - self.margin + margin, self._upper_inner + self.margin - margin
+        below = np.maximum(lower - points, 0.0)
+        above = np.maximum(points - upper, 0.0)
         return float(np.sqrt(((below + above) ** 2).sum(axis=1)).max())
 
 
-def limit_target_to_workspace(
-    chain: KinematicChain,
-    box: WorkspaceBox,
-    current: torch.Tensor,
-    base: torch.Tensor,
-    candidate: torch.Tensor,
-    path_to: Callable[[np.ndarray], np.ndarray | None],
-) -> tuple[torch.Tensor | None, bool]:
-    """The target nearest `candidate` on the joint-space segment base -> candidate whose whole predicted path
-    (`path_to(target)`: joint positions along the move from the current state) keeps the tool point allowed.
+class PathCheck:
+    """Whether a planned move keeps the tool point allowed: inside the (shrunk) box, or, when the robot is
+    outside it now, no further out than now (a robot that begins outside may only move toward the box)."""
 
-    Allowed: inside the (shrunk) box, or, when the robot is outside it now (at `current`), no further out
-    than now, so a robot that begins outside may only move toward the box. `base` is the target already
-    being tracked. Returns (target, whether it was cut); target None: not even `base` is allowed (the
-    caller brakes).
-    """
-    limit = None  # how far outside the robot is now: needed only when a path leaves the box
+    def __init__(self, chain: KinematicChain, box: WorkspaceBox, current: torch.Tensor):
+        self.chain, self.box = chain, box
+        self._current = current
+        self._limit: float | None = None  # how far outside the robot is now: needed only when a path leaves
 
-    def allowed(target: np.ndarray) -> bool:
-        nonlocal limit
-        path = path_to(target)
-        if path is None:
+    def allows(self, plan: Plan | None) -> bool:
+        if plan is None:
             return False
-        outside = box.max_distance_outside(chain.site_positions(path))
+        outside = self.box.max_distance_outside(self.chain.site_positions(plan.path()))
         if outside == 0.0:
             return True
-        if limit is None:
-            limit = box.max_distance_outside(chain.site_positions(current.numpy()[None])) + 1e-12
-        return outside <= limit
+        if self._limit is None:
+            current = self._current.numpy()[None]
+            self._limit = self.box.max_distance_outside(self.chain.site_positions(current)) + 1e-12
+        return outside <= self._limit
 
-    base_np, candidate_np = base.numpy(), candidate.numpy()
-    if allowed(candidate_np):
-        return candidate, False
-    if not allowed(base_np):
-        return None, True
-    low, high = 0.0, 1.0
-    delta = candidate_np - base_np
+
+def limit_target_to_workspace(
+    check: PathCheck,
+    base: torch.Tensor,
+    candidate: torch.Tensor,
+    plan: Callable[[torch.Tensor], Plan | None],
+) -> tuple[Plan | None, bool]:
+    """The move (`plan(target)`, from the current state) to the target nearest `candidate` on the joint-space
+    segment base -> candidate that `check` allows. `base` is the target already being tracked. Returns
+    (plan, whether the target was cut); plan None: no target on the segment but perhaps `base` itself is
+    allowed from here (the caller keeps the move it follows, which was checked when it began).
+    """
+    candidate_plan = plan(candidate)
+    if check.allows(candidate_plan):
+        return candidate_plan, False
+    low, high, best = 0.0, 1.0, None
+    delta = candidate - base
     for _ in range(SEARCH_STEPS):
         middle = (low + high) / 2
-        if allowed(base_np + middle * delta):
-            low = middle
+        middle_plan = plan(base + middle * delta)
+        if check.allows(middle_plan):
+            low, best = middle, middle_plan
         else:
             high = middle
-    return torch.from_numpy(base_np + low * delta), True
+    return best, True
