@@ -1,4 +1,7 @@
+import hashlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -7,10 +10,11 @@ import time
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from robotrl.agents import SAC, SACConfig
 from robotrl.data import ReplayBuffer, TensorSpec
-from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from robotrl.runtime.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 
 SPEC = {"state": TensorSpec((4,))}
 
@@ -138,3 +142,131 @@ def test_sigkill_during_writes_leaves_a_complete_latest_checkpoint(tmp_path):
         assert load_checkpoint(ckpt, agent, buf, restore_rng=False) == {"env_step": step}
         assert all(torch.all(p == step) for p in agent.parameters())
         assert torch.all(buf.reward == step)
+
+
+# ---- a checkpoint's pointer and bytes are checked before anything is trusted ---------------------------------
+
+
+def _tiny_agent():
+    return SAC(SACConfig(actor_hidden=[8], critic_hidden=[8]), SPEC, 2)
+
+
+def test_a_pointer_that_leaves_checkpoints_is_refused_and_deletes_nothing(tmp_path):
+    """`latest` holding `.tmp_step_/../../victim_1` made a save finish an "interrupted replace": it deleted
+    `victim`, a directory beside `checkpoints/`, and moved `victim_1` in its place."""
+    root = tmp_path / "checkpoints"
+    save_checkpoint(root, 1, _tiny_agent(), None, {})
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "precious").write_text("keep me")
+    (tmp_path / "victim_1").mkdir()
+    (root / ".tmp_step_").mkdir()
+    (root / "step_").mkdir()
+    (root / "latest").write_text(".tmp_step_/../../victim_1")
+    with pytest.raises(CheckpointError, match=r"\.tmp_step_/\.\./\.\./victim_1"):
+        save_checkpoint(root, 2, _tiny_agent(), None, {})
+    assert (tmp_path / "victim" / "precious").read_text() == "keep me"
+    with pytest.raises(CheckpointError, match=r"\.tmp_step_/\.\./\.\./victim_1"):
+        latest_checkpoint(root)
+
+
+def test_a_pointer_to_a_checkpoint_elsewhere_is_not_followed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    save_checkpoint(elsewhere, 7, _tiny_agent(), None, {})
+    root = tmp_path / "run" / "checkpoints"
+    save_checkpoint(root, 1, _tiny_agent(), None, {})
+    (root / "latest").write_text(str(elsewhere / "step_000000007"))  # absolute
+    with pytest.raises(CheckpointError, match=re.escape(str(elsewhere / "step_000000007"))):
+        latest_checkpoint(root)
+    # a well-named checkpoint that is a link out of checkpoints/
+    (root / "step_000000009").symlink_to(elsewhere / "step_000000007")
+    (root / "latest").write_text("step_000000009")
+    with pytest.raises(CheckpointError, match=r"step_000000009.*outside"):
+        latest_checkpoint(root)
+
+
+def _flip_a_bit(path, offset_from_end=10):
+    data = bytearray(path.read_bytes())
+    data[-offset_from_end] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "name", ["agent.safetensors", "optim_sac.safetensors", "replay.safetensors", "rng.safetensors", "state.json"]
+)
+def test_a_flipped_bit_in_any_checkpoint_file_is_reported_by_path(tmp_path, name):
+    agent = _tiny_agent()
+    save_checkpoint(tmp_path, 1, agent, _filled(), {"env_step": 1})
+    ckpt = latest_checkpoint(tmp_path)
+    _flip_a_bit(ckpt / name)
+    with pytest.raises(CheckpointError, match=re.escape(f"{ckpt / name}: checksum mismatch")):
+        load_checkpoint(ckpt, _tiny_agent(), ReplayBuffer(SPEC, 2, capacity=100))
+
+
+def test_a_truncated_weights_file_is_reported_by_path_and_nothing_is_loaded(tmp_path):
+    save_checkpoint(tmp_path, 1, _tiny_agent(), None, {"env_step": 1})
+    ckpt = latest_checkpoint(tmp_path)
+    weights = ckpt / "agent.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    agent = _tiny_agent()
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    with pytest.raises(CheckpointError, match=re.escape(str(weights))):
+        load_checkpoint(ckpt, agent)
+    assert all(torch.equal(before[k], v) for k, v in agent.state_dict().items())
+
+
+def _without_manifest(ckpt):
+    (ckpt / "manifest.json").unlink(missing_ok=True)
+    return ckpt
+
+
+@pytest.mark.parametrize(
+    ("name", "garbage"),
+    [("agent.safetensors", b"\x00" * 3), ("agent.safetensors", b"garbage" * 20), ("state.json", b"{not json")],
+)
+def test_garbage_in_an_unchecksummed_checkpoint_names_the_file(tmp_path, name, garbage):
+    """A checkpoint saved before checksums were recorded still fails with its file's path, not a raw parse error."""
+    save_checkpoint(tmp_path, 1, _tiny_agent(), None, {"env_step": 1})
+    ckpt = _without_manifest(latest_checkpoint(tmp_path))
+    (ckpt / name).write_bytes(garbage)
+    with pytest.raises(CheckpointError, match=re.escape(str(ckpt / name))):
+        load_checkpoint(ckpt, _tiny_agent())
+
+
+def test_a_checkpoint_without_a_manifest_loads_with_a_warning_naming_it(tmp_path, caplog):
+    agent = _tiny_agent()
+    save_checkpoint(tmp_path, 1, agent, None, {"env_step": 1})
+    ckpt = _without_manifest(latest_checkpoint(tmp_path))
+    restored = _tiny_agent()
+    with caplog.at_level("WARNING", logger="robotrl.runtime.checkpoint"):
+        assert load_checkpoint(ckpt, restored) == {"env_step": 1}
+    assert str(ckpt / "manifest.json") in caplog.text
+    for (name, a), b in zip(agent.state_dict().items(), restored.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_non_finite_weights_are_refused_on_load_naming_the_tensor(tmp_path):
+    """Weights that were never finite-checked (written by other code, or an older saver) with a matching checksum."""
+    save_checkpoint(tmp_path, 1, _tiny_agent(), None, {"env_step": 1})
+    ckpt = latest_checkpoint(tmp_path)
+    weights = ckpt / "agent.safetensors"
+    tensors = load_file(str(weights))
+    name = next(k for k in tensors if k.startswith("critic") and tensors[k].is_floating_point())
+    tensors[name][0] = float("inf")
+    save_file(tensors, str(weights))
+    manifest = ckpt / "manifest.json"
+    if manifest.exists():
+        raw = json.loads(manifest.read_text())
+        raw["files"]["agent.safetensors"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+        manifest.write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match=rf"{re.escape(str(weights))}.*{re.escape(name)}.*not finite"):
+        load_checkpoint(ckpt, _tiny_agent())
+
+
+def test_the_manifest_holds_every_file_of_the_checkpoint_with_its_sha256(tmp_path):
+    save_checkpoint(tmp_path, 1, _tiny_agent(), _filled(), {"env_step": 1})
+    ckpt = latest_checkpoint(tmp_path)
+    files = json.loads((ckpt / "manifest.json").read_text())["files"]
+    on_disk = {p.name for p in ckpt.iterdir()} - {"manifest.json"}
+    assert set(files) == on_disk
+    for name, digest in files.items():
+        assert hashlib.sha256((ckpt / name).read_bytes()).hexdigest() == digest, name

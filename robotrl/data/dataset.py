@@ -12,7 +12,6 @@ before handing anything back. Nothing is pickled.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -23,6 +22,7 @@ import safetensors.torch
 import torch
 
 from robotrl.data.spec import TensorSpec
+from robotrl.runtime.checksum import SHA256_HEX, mismatch_problem, sha256_of_bytes
 from robotrl.runtime.durable import write_atomic
 from robotrl.runtime.env import ACTION_TOLERANCE, StepResult
 
@@ -37,7 +37,6 @@ DTYPES = {
     for name in ("float16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
 }
 _EPISODE_FILE = re.compile(rf"{EPISODE_DIR}/episode_\d{{6,}}\.safetensors")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DatasetError(Exception):
@@ -261,7 +260,7 @@ class EpisodeEntry:
             raise bad("interventions must be an int in [0, length]")
         if not isinstance(raw.get("success"), bool):
             raise bad("success must be true or false")
-        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        if not isinstance(sha, str) or not SHA256_HEX.fullmatch(sha):
             raise bad("sha256 must be 64 lowercase hex digits")
         return cls(file, length, raw["success"], interventions, sha)
 
@@ -426,7 +425,7 @@ class EpisodeDataset:
         data = _episode_bytes(episode)
         path = self.root / file
         write_atomic(path, data)
-        entry = EpisodeEntry(file, len(episode), episode.success_any, episode.num_interventions, _sha256(data))
+        entry = EpisodeEntry(file, len(episode), episode.success_any, episode.num_interventions, sha256_of_bytes(data))
         self._entries.append(entry)
         try:
             self._write_index()
@@ -471,12 +470,9 @@ class EpisodeDataset:
             data = path.read_bytes()
         except OSError as err:
             raise DatasetError(path, f"cannot read episode file: {err.strerror}") from None
-        digest = _sha256(data)
+        digest = sha256_of_bytes(data)
         if digest != entry.sha256:
-            raise DatasetError(
-                path,
-                f"checksum mismatch (sha256 {digest}, index says {entry.sha256}): the file is corrupt or truncated",
-            )
+            raise DatasetError(path, mismatch_problem(digest, entry.sha256, "index"))
         try:
             tensors = safetensors.torch.load(data)
             metadata = _safetensors_metadata(data)
@@ -508,10 +504,6 @@ class EpisodeDataset:
                 f"{entry.success} and {entry.interventions}",
             )
         return episode
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _is_fresh_directory(root: Path) -> bool:

@@ -2,34 +2,41 @@
 
 A checkpoint is a directory `checkpoints/step_<N>/`, written under a temporary name, fsynced and
 renamed; the `checkpoints/latest` pointer is then replaced atomically. A process killed at any moment
-therefore leaves `latest` naming a complete checkpoint.
+therefore leaves `latest` naming a complete checkpoint. Its last file, `manifest.json`, holds the sha256 of
+every other one; loads check them, and the weights' finiteness, before restoring anything
+(`checkpoint_files.py`). `latest` is followed only to a name the saver writes, inside `checkpoints/`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from robotrl.agents.base import Agent
 from robotrl.data.replay import ReplayBuffer
-from robotrl.runtime.durable import fsync_dir
+from robotrl.runtime.checkpoint_files import (
+    CheckpointError,
+    CheckpointFiles,
+    first_non_finite,
+    write_json,
+    write_manifest,
+)
+from robotrl.runtime.durable import fsync_dir, write_atomic
+
+__all__ = ["CheckpointError", "kept_checkpoint_note", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 LATEST = "latest"
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    with path.open("w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
+# the only directory names the saver writes, and so the only ones `latest` may hold
+_STEP_DIR = re.compile(r"step_\d{9,}")
+_TEMP_DIR = re.compile(r"\.tmp_step_\d{9,}_\d+")
 
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
@@ -86,9 +93,8 @@ def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
 
 
 def _check_finite(agent: Agent) -> None:
-    for name, tensor in agent.state_dict().items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise FloatingPointError(f"agent parameter {name!r} is not finite; refusing to checkpoint it")
+    if (name := first_non_finite(agent.state_dict())) is not None:
+        raise FloatingPointError(f"agent parameter {name!r} is not finite; refusing to checkpoint it")
 
 
 def save_checkpoint(
@@ -118,7 +124,7 @@ def save_checkpoint(
         _save_tensors(tmp / "replay.safetensors", replay.state_dict())
     rng_tensors, rng_meta = _rng_state()
     _save_tensors(tmp / "rng.safetensors", rng_tensors)
-    _write_json(
+    write_json(
         tmp / "state.json",
         {
             "step": step,
@@ -128,6 +134,7 @@ def save_checkpoint(
             "has_replay": replay is not None,
         },
     )
+    write_manifest(tmp)
     fsync_dir(tmp)
 
     if final.exists():  # the same step again (an interrupt right after a periodic checkpoint, a resumed
@@ -146,9 +153,8 @@ def save_checkpoint(
 def _finish_interrupted_replace(ckpt_root: Path) -> None:
     """`latest` names a complete `.tmp_step_*` copy when a save of an existing step was interrupted between
     removing the old copy and renaming the new one: finish that rename before anything touches temp dirs."""
-    pointer = ckpt_root / LATEST
-    name = pointer.read_text().strip() if pointer.exists() else ""
-    if not name.startswith(".tmp_step_") or not (ckpt_root / name).is_dir():
+    name = _pointed_name(ckpt_root)
+    if name is None or not _TEMP_DIR.fullmatch(name) or not (ckpt_root / name).is_dir():
         return
     final = ckpt_root / name.removeprefix(".tmp_").rsplit("_", 1)[0]
     shutil.rmtree(final, ignore_errors=True)
@@ -158,12 +164,24 @@ def _finish_interrupted_replace(ckpt_root: Path) -> None:
 
 def _point_latest(ckpt_root: Path, name: str) -> None:
     """Atomically make `latest` name the checkpoint directory `name`."""
-    pointer_tmp = ckpt_root / f".{LATEST}.{os.getpid()}"
-    pointer_tmp.write_text(name)
-    with pointer_tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    os.replace(pointer_tmp, ckpt_root / LATEST)
-    fsync_dir(ckpt_root)
+    write_atomic(ckpt_root / LATEST, name.encode())
+
+
+def _pointed_name(ckpt_root: Path) -> str | None:
+    """The directory name `latest` holds (None without a pointer), refused unless it is one the saver writes and
+    stays inside `ckpt_root`: a save deletes and renames what the pointer names."""
+    pointer = ckpt_root / LATEST
+    try:
+        name = pointer.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointError(pointer, f"cannot read the checkpoint pointer: {err}") from None
+    if not (_STEP_DIR.fullmatch(name) or _TEMP_DIR.fullmatch(name)):
+        raise CheckpointError(pointer, f"names {name!r}, not a checkpoint directory of {ckpt_root} (step_<9 digits>)")
+    if (ckpt_root / name).resolve().parent != ckpt_root.resolve():  # a link out of checkpoints/
+        raise CheckpointError(pointer, f"names {name!r}, which leads outside {ckpt_root}")
+    return name
 
 
 def kept_checkpoint_note(ckpt_root: Path, resume_with: str) -> str:
@@ -173,14 +191,17 @@ def kept_checkpoint_note(ckpt_root: Path, resume_with: str) -> str:
         path = latest_checkpoint(ckpt_root)
     except FileNotFoundError:
         return "no checkpoint had been written yet, so there is nothing to resume from"
+    except CheckpointError as err:
+        return f"no checkpoint can be resumed from ({err})"
     return f"the last good checkpoint, {path.name}, is kept ({resume_with} restarts from it)"
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path:
     pointer = ckpt_root / LATEST
-    if not pointer.exists():
+    name = _pointed_name(ckpt_root)
+    if name is None:
         raise FileNotFoundError(f"no checkpoint in {ckpt_root} (missing {pointer})")
-    path = ckpt_root / pointer.read_text().strip()
+    path = ckpt_root / name
     if not (path / "state.json").exists():
         raise FileNotFoundError(f"checkpoint {path} named by {pointer} is incomplete or missing")
     return path
@@ -189,16 +210,33 @@ def latest_checkpoint(ckpt_root: Path) -> Path:
 def load_checkpoint(
     path: Path, agent: Agent, replay: ReplayBuffer | None = None, restore_rng: bool = True
 ) -> dict[str, Any]:
-    """Restore agent (+ optimizers), optionally the replay buffer and RNGs; returns the saved counters."""
-    state = json.loads((path / "state.json").read_text())
-    agent.load_state_dict(load_file(str(path / "agent.safetensors"), device=str(agent.device)))
-    for name, opt in agent.optimizers().items():
-        tensors = load_file(str(path / f"optim_{name}.safetensors"), device=str(agent.device))
-        _load_optimizer_state(opt, tensors, state["optimizers"][name])
+    """Restore agent (+ optimizers), optionally the replay buffer and RNGs; returns the saved counters.
+
+    Every file is read and checked (checksum, format, finite weights) before anything is restored: a bad file
+    raises CheckpointError naming it before `agent` or `replay` is touched."""
+    files = CheckpointFiles(path)
+    state = files.json("state.json")
+    agent_tensors = files.tensors("agent.safetensors", agent.device, finite=True)
+    optim_tensors = {
+        name: files.tensors(f"optim_{name}.safetensors", agent.device, finite=True) for name in agent.optimizers()
+    }
+    replay_tensors = None
     if replay is not None:
-        if not state["has_replay"]:
+        if not state.get("has_replay"):
             raise FileNotFoundError(f"checkpoint {path} holds no replay buffer (checkpoint_replay was off)")
-        replay.load_state_dict(load_file(str(path / "replay.safetensors"), device=str(replay.device)))
-    if restore_rng:
-        _set_rng_state(load_file(str(path / "rng.safetensors")), state["rng"])
-    return state["counters"]
+        replay_tensors = files.tensors("replay.safetensors", replay.device)
+    rng_tensors = files.tensors("rng.safetensors") if restore_rng else None
+    try:
+        optim_meta = {name: state["optimizers"][name] for name in optim_tensors}
+        rng_meta, counters = state["rng"], state["counters"]
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(path / "state.json", f"lacks the entry {err}") from None
+
+    agent.load_state_dict(agent_tensors)
+    for name, opt in agent.optimizers().items():
+        _load_optimizer_state(opt, optim_tensors[name], optim_meta[name])
+    if replay_tensors is not None:
+        replay.load_state_dict(replay_tensors)
+    if rng_tensors is not None:
+        _set_rng_state(rng_tensors, rng_meta)
+    return counters
