@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import secrets
 import signal
 import threading
 import time
@@ -48,7 +47,7 @@ from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
 from robotrl.runtime.env import EnvCancelled, StepResult, VecEnv
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
-from robotrl.runtime.transport.protocol import ACTOR_ID, task_settings
+from robotrl.runtime.transport.protocol import ACTOR_ID, new_session, task_settings
 from robotrl.runtime.transport.sender import Outbox, Sender, register_until_accepted
 from robotrl.runtime.transport.weights import actor_owned, load_policy_state
 from robotrl.runtime.transport.wire import WireError, spec_from_json
@@ -249,7 +248,7 @@ class Actor:
         self._make_env = make_env
         # an env the caller builds may drive a robot: it is paced only when max_steps_ahead is set
         self.pacing = cfg.pacing if make_env is None or cfg.max_steps_ahead is not None else 0
-        self.session = secrets.token_hex(8)
+        self.session = new_session()
         self.env_step = 0
         self.episodes = 0
         self.interventions = 0  # intervened transitions (the operator's actions were executed)

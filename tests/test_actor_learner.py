@@ -27,7 +27,7 @@ from robotrl.runtime.loop import make_training_env
 from robotrl.runtime.metrics import read_metrics
 from robotrl.runtime.transport.client import request
 from robotrl.runtime.transport.config import ConnectConfig
-from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, task_settings
+from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, new_session, task_settings
 from robotrl.runtime.transport.wire import encode
 
 TASK = GymTaskConfig(env_id="Pendulum-v1", max_episode_steps=50)
@@ -133,7 +133,7 @@ def test_two_actors_stream_flagged_transitions_and_receive_weights(learner, tmp_
 
 def test_malformed_pushes_are_refused_by_name_and_the_learner_serves_on(learner):
     client = learner.client
-    session = {"actor_id": "prober", "session": "p1"}
+    session = {"actor_id": "prober", "session": new_session()}
     reply = client.register({**session, "num_envs": 1, "task": "gym", "task_settings": task_settings(TASK)})
     assert reply["obs_spec"] == {"state": {"shape": [3], "dtype": "float32"}} and reply["action_dim"] == 1
 
@@ -170,7 +170,7 @@ def test_malformed_pushes_are_refused_by_name_and_the_learner_serves_on(learner)
         assert re.search(message, err.value.details()), err.value.details()
 
     with pytest.raises(grpc.RpcError) as err:  # a stranger's batch: it has to register first
-        client.push(request({"actor_id": "stranger", "session": "x", "seq": 0, "env_step": 2}, {}))
+        client.push(request({"actor_id": "stranger", "session": new_session(), "seq": 0, "env_step": 2}, {}))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
     assert client.push(batch())["acked_seq"] == 0  # a good batch still goes through, once
@@ -188,7 +188,7 @@ def test_an_actor_whose_task_settings_differ_from_the_learners_is_refused_by_nam
     with pytest.raises(ConnectionRefusedError, match=r"task\.max_episode_steps=60 \(the learner's: 50\)") as err:
         join_actor(thread, result, timeout=60)
     assert "render_width" not in str(err.value) and "mismatched" not in learner.status()["streams"]
-    odd = {"actor_id": "odd", "session": "s", "num_envs": 1, "task": "gym"}
+    odd = {"actor_id": "odd", "session": new_session(), "num_envs": 1, "task": "gym"}
     with pytest.raises(grpc.RpcError, match=r"task_settings must be the actor's task config \(an object\), got str"):
         learner.client.register({**odd, "task_settings": "x"})
     with pytest.raises(grpc.RpcError, match=r"the actor sent no task_settings \(an older robotrl-actor\)") as err:
@@ -410,7 +410,7 @@ def test_a_learner_pretrained_on_demos_serves_the_cloned_policy_and_its_actors_s
     learner = LearnerProcess(run_dir, free_port(), f"hil.demos=[{demos}]", *pretrain, base=PICK_ARGS)
     try:
         client = learner.client
-        probe = {"actor_id": "probe", "session": "p1", "num_envs": 1, "task": "panda_pick_cube"}
+        probe = {"actor_id": "probe", "session": new_session(), "num_envs": 1, "task": "panda_pick_cube"}
         reply = client.register({**probe, "task_settings": task_settings(PICK)})
         assert reply["random_steps"] == 0 and reply["version"] == 300  # the pretrained weights, before any step
         cfg = actor_config(learner.port, task=PICK, actor_id="arm", num_envs=1, total_steps=60)
@@ -472,7 +472,7 @@ def test_a_learner_sent_more_than_total_steps_trains_on_total_steps_and_stops(tm
         learner = Learner(to_learner_config(compose("learner", args)), tmp_path / "run")
     learner.start_serving()
     client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{learner.port}", deadline_s=10))
-    session = {"actor_id": "unpaced", "session": "s1"}
+    session = {"actor_id": "unpaced", "session": new_session()}
     client.register({**session, "num_envs": 1, "task": "gym", "task_settings": task_settings(learner.cfg.task)})
     steps = 500
     for seq in range(4):  # 2000 env steps arrive before the learner trains at all
@@ -601,7 +601,7 @@ def test_an_actor_whose_stream_cannot_fit_is_refused_by_name_and_the_learner_ser
     learner = LearnerProcess(tmp_path / "run", free_port(), *sized, base=[*pixels, "server.heartbeat_timeout_s=3"])
     try:
         client = learner.client
-        arm = {"session": "s1", "num_envs": 1, "task": "panda_reach", "task_settings": reach}
+        arm = {"session": new_session(), "num_envs": 1, "task": "panda_reach", "task_settings": reach}
         first = client.register({"actor_id": "arm-1", **arm})
         with pytest.raises(grpc.RpcError) as err:
             client.register({"actor_id": "arm-2", **arm})

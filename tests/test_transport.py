@@ -2,6 +2,7 @@
 the token, TLS and deadlines (real gRPC on free ports)."""
 
 import importlib.util
+import json
 import logging
 import shutil
 import socket
@@ -18,8 +19,8 @@ from robotrl.data.mixer import RatioSchedule
 from robotrl.data.spec import TensorSpec
 from robotrl.runtime.transport.client import LearnerClient, request
 from robotrl.runtime.transport.config import ConnectConfig, ServeConfig
-from robotrl.runtime.transport.ledger import Arrival, Ledger
-from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, RpcFailure, method_path
+from robotrl.runtime.transport.ledger import MAX_SEQ_AHEAD, Arrival, Ledger
+from robotrl.runtime.transport.protocol import PROTOCOL_VERSION, RpcFailure, method_path, new_session
 from robotrl.runtime.transport.sender import Outbox, backoff_delay
 from robotrl.runtime.transport.server import serve
 from robotrl.runtime.transport.service import LearnerService, LearnerSpec
@@ -39,6 +40,7 @@ from robotrl.runtime.transport.wire import (
 SPEC = {"state": TensorSpec((3,)), "pixels": TensorSpec((1, 4, 4), torch.uint8)}
 STATE_SPEC = {"state": TensorSpec((3,))}
 MB = 1 << 20
+S1, S2 = new_session(), new_session()
 
 
 def transitions(steps=4, envs=2, spec=SPEC, action_dim=2, intervened_every=0):
@@ -292,8 +294,8 @@ def test_closing_a_silent_actors_runs_is_logged_so_a_replayed_log_rebuilds_the_o
         return LearnerService(spec, hil_group(), WriteAheadLog(tmp_path / "wal.log"), WeightsBoard("x"))
 
     live = service()
-    live.register(request({"actor_id": "arm", "session": "s", "num_envs": 2, "task": "t"}))
-    header = {"actor_id": "arm", "session": "s", "env_step": 0}
+    live.register(request({"actor_id": "arm", "session": S1, "num_envs": 2, "task": "t"}))
+    header = {"actor_id": "arm", "session": S1, "env_step": 0}
     live.push(request({**header, "seq": 0}, flagged(3, 2, [(1, 0), (2, 0), (2, 1)])))
     assert live.end_open_runs("arm") == 3 and live.end_open_runs("arm") == 0  # the actor went silent
     live.push(request({**header, "seq": 1}, flagged(2, 2, [(1, 1)], start=10)))  # it was only slow
@@ -316,11 +318,11 @@ def test_a_log_its_checkpoint_already_holds_is_not_replayed_after_a_crash(tmp_pa
 
     live = service()
     assert live.replay_log() == 0  # a fresh start: the log is marked as following generation 0
-    live.register(request({"actor_id": "arm", "session": "s1", "num_envs": 2, "task": "t"}))
-    push(live, "s1", 0)
+    live.register(request({"actor_id": "arm", "session": S1, "num_envs": 2, "task": "t"}))
+    push(live, S1, 0)
     time.sleep(0.05)  # the actor restarts: a new session
-    live.register(request({"actor_id": "arm", "session": "s2", "num_envs": 2, "task": "t"}))
-    push(live, "s2", 0)
+    live.register(request({"actor_id": "arm", "session": S2, "num_envs": 2, "task": "t"}))
+    push(live, S2, 0)
     assert len(live.storage) == 12
     # checkpoint generation 1 holds all of it; the learner dies before the log is emptied
     storage, ledger = live.storage.state_dict(), live.ledger.state()
@@ -332,7 +334,7 @@ def test_a_log_its_checkpoint_already_holds_is_not_replayed_after_a_crash(tmp_pa
     restarted.wal_generation = 1
     assert restarted.replay_log() == 0  # replaying it would store session s1's batch a second time
     assert len(restarted.storage) == 12
-    push(restarted, "s2", 1)  # the log goes on in the new generation
+    push(restarted, S2, 1)  # the log goes on in the new generation
     restarted.wal.close()
 
     again = service()  # a crash before the next checkpoint: generation 1's log is replayed onto its checkpoint
@@ -446,6 +448,36 @@ def test_outbox_never_blocks_and_drops_the_oldest_when_full():
     assert outbox.acknowledge(1) == 5 and outbox.oldest().seq == 2
 
 
+def test_batches_dropped_before_they_were_sent_leave_one_number_out():
+    outbox = Outbox(capacity=2)
+    for i in range(6):  # the learner is away: 0..3 are dropped unsent
+        outbox.put({"x": torch.zeros(1)}, env_steps=1, env_step=i + 1)
+    outbox.close_gap(acked_seq=-1)
+    assert [outbox.oldest().seq, outbox.next_seq] == [1, 3]  # 0 left out: the learner cuts the stream there
+    outbox.close_gap(acked_seq=-1)
+    assert outbox.oldest().seq == 1  # numbered once
+
+    contiguous = Outbox(capacity=4)
+    for i in range(3):
+        contiguous.put({"x": torch.zeros(1)}, env_steps=1, env_step=i + 1)
+    contiguous.sent(contiguous.oldest())
+    contiguous.acknowledge(0)
+    contiguous.close_gap(acked_seq=0)
+    assert contiguous.oldest().seq == 1  # nothing was dropped: nothing left out
+
+    refused = Outbox(capacity=4)
+    for i in range(12):
+        refused.put({"x": torch.zeros(1)}, env_steps=1, env_step=i + 1)
+    refused.acknowledge(9)
+    refused.oldest().payload = b"sent"
+    refused.sent(refused.oldest())
+    refused.close_gap(acked_seq=3)
+    assert refused.oldest().seq == 10  # a batch sent under its number keeps it
+    refused.forget_numbers()  # the learner refused that number: it stored nothing after 3
+    refused.close_gap(acked_seq=3)
+    assert [refused.oldest().seq, refused.next_seq] == [5, 7] and refused.oldest().payload is None
+
+
 # ---- the channel: token, TLS, deadlines -------------------------------------------------------------------
 
 
@@ -555,6 +587,73 @@ def test_small_methods_refuse_a_large_request_before_their_handler_sees_it(tmp_p
         service.wal.close()
 
 
+def learner_service(tmp_path, heartbeat_timeout_s=1.0):
+    spec = LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, MB, heartbeat_timeout_s)
+    service = LearnerService(spec, group(), WriteAheadLog(tmp_path / "wal.log"), WeightsBoard("x"))
+    server, port = serve(service.handlers(), ServeConfig(port=0), "tok", service.request_limits())
+    client = LearnerClient(ConnectConfig(address=f"127.0.0.1:{port}"), token="tok")
+
+    def push(session, seq):
+        header = {"actor_id": "arm", "session": session, "seq": seq, "env_step": 0}
+        return client.push(request(header, transitions(steps=3, envs=2, spec=STATE_SPEC)))
+
+    def stop():
+        client.close()
+        server.stop(None)
+        service.wal.close()
+
+    return client, push, stop
+
+
+def refused(call, *args):
+    with pytest.raises(grpc.RpcError) as err:
+        call(*args)
+    return err.value.code()
+
+
+ARM = {"actor_id": "arm", "num_envs": 2, "task": "t"}
+
+
+def test_sessions_are_never_shown_and_only_their_registered_actor_stores_under_them(tmp_path):
+    client, push, stop = learner_service(tmp_path, heartbeat_timeout_s=0.5)
+    try:
+        real = new_session()
+        client.register({**ARM, "session": real})
+        push(real, 0)
+        shown = json.dumps(client.status())
+        assert real not in shown and "session" not in shown
+
+        assert refused(push, new_session(), 1) == grpc.StatusCode.FAILED_PRECONDITION  # a guess
+        assert refused(push, "0123", 1) == grpc.StatusCode.INVALID_ARGUMENT  # not a session at all
+        assert refused(client.register, {**ARM, "session": "s"}) == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused(client.register, {**ARM, "session": new_session()}) == grpc.StatusCode.ALREADY_EXISTS
+        assert client.register({**ARM, "session": real})["acked_seq"] == 0  # the actor reconnecting: goes on
+        assert push(real, 1)["acked_seq"] == 1
+
+        time.sleep(0.6)  # the actor went silent: a restarted actor takes its id with a new session
+        client.register({**ARM, "session": new_session()})
+        assert refused(push, real, 2) == grpc.StatusCode.FAILED_PRECONDITION  # the old session is spent
+        assert client.status()["streams"]["arm"]["transitions"] == 12
+    finally:
+        stop()
+
+
+def test_a_batch_numbered_far_ahead_is_refused_and_the_actors_next_batches_are_stored(tmp_path):
+    client, push, stop = learner_service(tmp_path)
+    try:
+        real = new_session()
+        client.register({**ARM, "session": real})
+        push(real, 0)
+        for seq in (10**15, MAX_SEQ_AHEAD + 1, -1):
+            with pytest.raises(grpc.RpcError) as err:
+                push(real, seq)
+            assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE and f"batch number {seq} " in err.value.details()
+        assert push(real, 1)["acked_seq"] == 1 and push(real, 3)["acked_seq"] == 3  # a gap the window allows
+        assert client.status()["streams"]["arm"]["transitions"] == 18
+    finally:
+        stop()
+
+
 class _Refused(grpc.RpcError):
     def __init__(self, code):
         self._code = code
@@ -580,7 +679,7 @@ def test_an_actor_retries_a_batch_refused_for_the_call_cap_and_drops_one_over_th
 
     first_reply = {"agent": {}, "acked_seq": -1, "max_message_bytes": 4096}
     outbox = Outbox(capacity=4)
-    sender = Sender(lambda: Learner(), Learner(), {"actor_id": "a", "session": "s"}, first_reply, outbox, {})
+    sender = Sender(lambda: Learner(), Learner(), {"actor_id": "a", "session": S1}, first_reply, outbox, {})
     outbox.put({"x": torch.zeros(4)}, env_steps=1, env_step=1)
     with pytest.raises(grpc.RpcError):
         sender._push(outbox.oldest())  # the cap on concurrent calls: kept, resent after a backoff
@@ -750,7 +849,7 @@ def test_an_actor_must_score_steps_as_the_learners_demonstrations_are(
 ):
     spec = LearnerSpec("t", {}, STATE_SPEC, 2, 0, 4, 100, MB, 1.0, demo_rewards=demo_rewards, her_ratio=her_ratio)
     service = LearnerService(spec, hil_group(), WriteAheadLog(tmp_path / "wal.log"), WeightsBoard("x"))
-    header = {"actor_id": "arm", "session": "s", "num_envs": 2, "task": "t", "learned_reward": learned_reward}
+    header = {"actor_id": "arm", "session": S1, "num_envs": 2, "task": "t", "learned_reward": learned_reward}
     if refused is None:
         service.register(request(header))
     else:

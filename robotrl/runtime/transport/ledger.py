@@ -1,15 +1,25 @@
 """Delivery bookkeeping per actor: its session, the last batch acknowledged, when it was last heard from.
 
-An actor process draws a random session id when it starts and numbers its batches 0, 1, 2, ... within it.
+An actor process draws a random session when it starts (128 bits, `protocol.new_session`) and numbers its
+batches 0, 1, 2, ... within it. The session is a secret shared with this learner only: the learner stores a
+batch only under the session its actor id registered, and shows sessions to nobody (not in Status, not in its
+log). Registering again with the same session is how an actor reconnects after a network drop or a learner
+restart. Registering an actor id with another session is refused while the registered one is live (heard from
+within the heartbeat timeout); once it has gone silent, the new session replaces it: that is an actor process
+restarted. A token holder who needs a live id sooner stops that actor or uses another actor id.
+
 The learner stores a batch only if its number is above the last one acknowledged for that session, so a
 batch resent after a lost acknowledgement is acknowledged again but stored once. A number that skips ahead
 means the actor dropped batches (its outbox overflowed while the learner was away); a new session means the
-actor restarted. Either way what arrives next does not continue the stream's newest step. The persistent
-part (`state`) goes into every checkpoint, in step with the replay it describes.
+actor restarted. Either way what arrives next does not continue the stream's newest step. A number more than
+MAX_SEQ_AHEAD past the last one stored is refused: accepted, it would make the actor's own next batches look
+like resends, acknowledged and never stored. The persistent part (`state`) goes into every checkpoint, in step
+with the replay it describes.
 """
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -17,6 +27,11 @@ from typing import Any
 import grpc
 
 from robotrl.runtime.transport.protocol import RpcFailure
+
+# How far past the last batch stored a batch may be numbered. The actor's outbox leaves one number out where it
+# dropped batches, counted past the highest number it has sent (Outbox.close_gap); the slack covers sent
+# batches whose outcome the actor never heard (each lost and then dropped while the learner was away).
+MAX_SEQ_AHEAD = 64
 
 
 class Arrival(Enum):
@@ -41,7 +56,7 @@ class Ledger:
     def register(self, actor_id: str, session: str, num_envs: int, now: float, live_s: float) -> tuple[Delivery, bool]:
         """The actor's delivery record, and whether a new session starts with this call."""
         known = self.actors.get(actor_id)
-        if known is not None and known.session == session:
+        if known is not None and hmac.compare_digest(known.session, session):
             if known.num_envs != num_envs:
                 raise RpcFailure(
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -62,11 +77,22 @@ class Ledger:
     def session(self, actor_id: str, session: str) -> Delivery:
         """The record of a registered actor's current session, or FAILED_PRECONDITION asking it to register."""
         known = self.actors.get(actor_id)
-        if known is None or known.session != session:
+        if known is None or not hmac.compare_digest(known.session, session):
             raise RpcFailure(
                 grpc.StatusCode.FAILED_PRECONDITION, f"actor {actor_id!r} has no open session here: register first"
             )
         return known
+
+    @staticmethod
+    def check_window(actor_id: str, delivery: Delivery, seq: int) -> None:
+        """OUT_OF_RANGE for a batch number below 0 or more than MAX_SEQ_AHEAD past the last one stored."""
+        highest = delivery.acked_seq + MAX_SEQ_AHEAD
+        if not 0 <= seq <= highest:
+            raise RpcFailure(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"actor {actor_id!r}: batch number {seq} is outside 0..{highest} (the last one stored is "
+                f"{delivery.acked_seq}, and a batch may skip at most {MAX_SEQ_AHEAD - 1} numbers)",
+            )
 
     @staticmethod
     def arrival(delivery: Delivery, seq: int) -> Arrival:

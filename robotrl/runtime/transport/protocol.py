@@ -8,7 +8,7 @@ Every method is unary-unary over raw bytes (wire.py payloads both ways):
              sent only once the batch is durable (write-ahead log fsynced)
   Weights    {have}  ->  the policy's tensors and {weights_id, version}, or no tensors when `have` is current
   Heartbeat  {actor_id, session, env_step}  ->  {weights_id, env_steps, ...}
-  Status     {}  ->  the learner's counters and streams (operators, tests)
+  Status     {}  ->  the learner's counters and streams (operators, tests); never a session
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import secrets
 from typing import Any
 
 import grpc
@@ -26,9 +27,12 @@ from robotrl.runtime.transport.wire import WireError
 SERVICE = "robotrl.transport.Learner"
 REGISTER, PUSH, WEIGHTS, HEARTBEAT, STATUS = "Register", "Push", "Weights", "Heartbeat", "Status"
 METHODS = (REGISTER, PUSH, WEIGHTS, HEARTBEAT, STATUS)
-PROTOCOL_VERSION = 2  # 2: Register carries task_settings, replies untrained_steps and total_steps
+# 2: Register carries task_settings, replies untrained_steps and total_steps; 3: sessions are 128-bit secrets,
+# never listed by Status, and a batch numbered far past the last one stored is refused
+PROTOCOL_VERSION = 3
 
 ACTOR_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SESSION = re.compile(r"[0-9a-f]{32}")
 AUTH_METADATA_KEY = "authorization"  # value: "Bearer <token>"
 # task settings that do not change what a step means (the simulator, its threads, videos): an actor may differ
 TASK_SETTINGS_FREE = frozenset({"backend", "sim_threads", "render_width", "render_height", "camera"})
@@ -42,6 +46,12 @@ def task_settings(task_cfg: Any) -> dict[str, Any]:
     else:  # a DictConfig, or a plain mapping
         values = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
     return json.loads(json.dumps({k: v for k, v in values.items() if k not in TASK_SETTINGS_FREE}))
+
+
+def new_session() -> str:
+    """A session for an actor process: 128 random bits. With the token it is the actor's credential for its stream
+    (a batch is stored only under its registered session), so the learner never shows it to anyone."""
+    return secrets.token_hex(16)
 
 
 def method_path(method: str) -> str:
@@ -77,4 +87,11 @@ def actor_id(header: dict[str, Any]) -> str:
     value = field(header, "actor_id", str)
     if not ACTOR_ID.fullmatch(value):
         raise WireError(f"actor_id must be 1-64 letters, digits, '_' or '-', got {value!r}")
+    return value
+
+
+def session_of(header: dict[str, Any]) -> str:
+    value = field(header, "session", str)
+    if not SESSION.fullmatch(value):
+        raise WireError(f"session must be 32 lowercase hex digits (protocol.new_session), got {value[:64]!r}")
     return value

@@ -5,6 +5,8 @@ dropped and counted) and picks up new weights with `take_weights`, both without 
 thread pushes the oldest unacknowledged batch, heartbeats when idle, pulls weights when the learner
 announces a new version, and on any failure reconnects with exponential backoff: it registers again
 (same session), learns which batch the learner acknowledged last, and resends everything after it.
+Batches dropped before they were sent leave one number out, not one per batch (`Outbox.close_gap`): the
+learner cuts the stream at the gap and refuses numbers far ahead of what it stored (ledger.MAX_SEQ_AHEAD).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Outbox:
     _queue: collections.deque = field(default_factory=collections.deque)
     _ready: threading.Condition = field(default_factory=threading.Condition)
     next_seq: int = 0
+    last_sent: int = -1  # the highest number a batch has been sent under
     dropped_batches: int = 0
     dropped_env_steps: int = 0
     _progress_wanted: bool = False  # the control loop waits on the learner's progress (max_steps_ahead): ask now
@@ -80,6 +83,34 @@ class Outbox:
             while self._queue and self._queue[0].seq <= seq:
                 released += self._queue.popleft().env_steps
         return released
+
+    def sent(self, batch: Outgoing) -> None:
+        with self._ready:
+            self.last_sent = max(self.last_sent, batch.seq)
+
+    def close_gap(self, acked_seq: int) -> None:
+        """Renumber the batches not sent yet so that, where batches before them were dropped, they follow the
+        last batch the learner may have stored (`acked_seq`, or a higher one sent whose outcome is unknown) with
+        one number left out: the learner sees the gap and cuts the stream there, and the numbers stay within
+        what it takes. A sent batch at the head keeps its number, and those behind it follow it."""
+        with self._ready:
+            if self._queue and self._queue[0].payload is not None:
+                return
+            first = self._queue[0].seq if self._queue else self.next_seq
+            shift = first - (max(acked_seq, self.last_sent) + 2)
+            if shift <= 0:
+                return
+            for batch in self._queue:
+                batch.seq -= shift
+            self.next_seq -= shift
+
+    def forget_numbers(self) -> None:
+        """The learner refused a batch's number: every queued batch is unstored and is numbered afresh (by the
+        next close_gap, after the registration that tells what the learner stored)."""
+        with self._ready:
+            for batch in self._queue:
+                batch.payload = None
+            self.last_sent = -1
 
     def wait(self, timeout: float) -> None:
         """Return when a batch is queued, the learner's progress is wanted, or `timeout` passes."""
@@ -174,8 +205,9 @@ class Sender:
         self.reconnects = 0
         self.learner_total_steps = 0  # the learner's total_steps (registration replies); 0: it trains until stopped
         self.learner_max_message_bytes = 0  # the learner's request size limit (registration replies); 0: not told
+        self.learner_acked_seq = -1  # the last batch the learner said it stored
         self._apply_reply(first_reply)
-        self.outbox.acknowledge(first_reply["acked_seq"])
+        self._settle(first_reply["acked_seq"])
         self._thread = threading.Thread(target=self._run, name=f"sender-{registration['actor_id']}", daemon=True)
 
     def start(self) -> Sender:
@@ -247,7 +279,7 @@ class Sender:
                 f"the learner now trains another agent config than at this actor's start: {reply['agent']}"
             )
         self._apply_reply(reply)  # before the acknowledgement: a paced actor never misses an acknowledged batch
-        self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
+        self.acked_env_steps += self._settle(reply["acked_seq"])
         self.connected = True
         self.reconnects += 1
         log.info("reconnected to the learner; %d batches to resend", len(self.outbox))
@@ -256,9 +288,14 @@ class Sender:
         if batch.payload is None:
             header = {**self._session_header(), "seq": batch.seq, "env_step": batch.env_step}
             batch.payload = request(header, batch.tensors)
+        self.outbox.sent(batch)
         try:
             reply = self.client.push(batch.payload)
         except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.OUT_OF_RANGE:
+                log.warning("the learner refused batch number %d: %s; renumbering", batch.seq, err.details())
+                self.outbox.forget_numbers()
+                raise  # registering again tells which batch the learner stored last
             # INVALID_ARGUMENT: the learner's checks; RESOURCE_EXHAUSTED for a batch over the learner's size limit
             # (resending the same bytes would loop forever while nothing else is delivered). RESOURCE_EXHAUSTED for
             # a batch within it is the learner's cap on concurrent calls: retried.
@@ -278,9 +315,18 @@ class Sender:
                 else "",
             )
             self.outbox.acknowledge(batch.seq)
+            self.outbox.close_gap(self.learner_acked_seq)
             return
         self._apply_reply(reply)  # before the acknowledgement: a paced actor never misses an acknowledged batch
-        self.acked_env_steps += self.outbox.acknowledge(reply["acked_seq"])
+        self.acked_env_steps += self._settle(reply["acked_seq"])
+
+    def _settle(self, acked_seq: int) -> int:
+        """Forget the batches the learner stored (up to `acked_seq`) and number the rest to follow them; returns
+        the transitions acknowledged."""
+        self.learner_acked_seq = acked_seq
+        released = self.outbox.acknowledge(acked_seq)
+        self.outbox.close_gap(acked_seq)
+        return released
 
     def _over_size_limit(self, payload: bytes) -> bool:
         return not self.learner_max_message_bytes or len(payload) > self.learner_max_message_bytes

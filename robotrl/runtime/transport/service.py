@@ -35,6 +35,7 @@ from robotrl.runtime.transport.protocol import (
     actor_id,
     check_version,
     field,
+    session_of,
 )
 from robotrl.runtime.transport.storage import ReplayGroup
 from robotrl.runtime.transport.wal import WriteAheadLog
@@ -115,7 +116,7 @@ class LearnerService:
     def register(self, request: bytes) -> bytes:
         header, _ = decode(request, SMALL_REQUEST_BYTES)
         check_version(header)
-        actor, session = actor_id(header), field(header, "session", str)
+        actor, session = actor_id(header), session_of(header)
         num_envs, task = field(header, "num_envs", int), field(header, "task", str)
         if not 1 <= num_envs <= self.storage.capacity:
             raise RpcFailure(
@@ -146,7 +147,7 @@ class LearnerService:
             )
             if new_session:
                 self.storage.cut(actor)  # a restarted actor's envs restart: its stored episodes end here
-                log.info("actor %r registered (session %s, %d envs)", actor, session, num_envs)
+                log.info("actor %r registered (a new session, %d envs)", actor, num_envs)
             weights_id, version = self.board.current()
             reply = {
                 "agent": self.spec.agent,
@@ -231,7 +232,7 @@ class LearnerService:
     def _push(self, request: bytes) -> bytes:
         header, tensors = decode(request, self.spec.max_message_bytes)
         check_version(header)
-        actor, session = actor_id(header), field(header, "session", str)
+        actor, session = actor_id(header), session_of(header)
         seq, actor_env_step = field(header, "seq", int), field(header, "env_step", int)
         with self.lock:
             num_envs = self.ledger.session(actor, session).num_envs
@@ -240,6 +241,7 @@ class LearnerService:
         )
         with self.lock:
             delivery = self.ledger.session(actor, session)  # it may have re-registered meanwhile
+            Ledger.check_window(actor, delivery, seq)
             self._store(actor, delivery, seq, tensors, steps, request)
             delivery.last_contact = time.monotonic()
             delivery.actor_env_step = actor_env_step
@@ -249,7 +251,7 @@ class LearnerService:
     def heartbeat(self, request: bytes) -> bytes:
         header, _ = decode(request, SMALL_REQUEST_BYTES)
         check_version(header)
-        actor, session = actor_id(header), field(header, "session", str)
+        actor, session = actor_id(header), session_of(header)
         actor_env_step = field(header, "env_step", int)
         with self.lock:
             delivery = self.ledger.session(actor, session)
@@ -280,7 +282,6 @@ class LearnerService:
             streams = {
                 a: {
                     **stats.get(a, {"transitions": 0, "stored": 0, "interventions": 0}),
-                    "session": d.session,
                     "num_envs": d.num_envs,
                     "acked_seq": d.acked_seq,
                     "actor_env_step": d.actor_env_step,
