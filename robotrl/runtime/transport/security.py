@@ -50,16 +50,14 @@ class TokenCheck(grpc.ServerInterceptor):
     def intercept_service(self, continuation, handler_call_details):
         if carries_token(handler_call_details.invocation_metadata or (), self._token):
             return continuation(handler_call_details)
-        return _REFUSE_UNAUTHENTICATED
+        method = handler_call_details.method
 
+        def refuse(requests, context: grpc.ServicerContext) -> None:
+            # a handler that streams its requests is called before any is read; this one never reads one
+            log.warning("%s from %s refused: missing or wrong token", method, context.peer())
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
 
-def _refuse_unauthenticated(requests, context: grpc.ServicerContext) -> None:
-    # a handler that streams its requests is called before any is read; it never reads one
-    log.warning("%s refused: missing or wrong token", context.peer())
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
-
-
-_REFUSE_UNAUTHENTICATED = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
+        return grpc.stream_unary_rpc_method_handler(refuse)
 
 
 def warn_if_open(cfg: ServeConfig, token: str | None) -> None:
