@@ -38,7 +38,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from robotrl.config import apply_backend, register_configs, strict_object
+from robotrl.config import apply_backend, register_configs, save_run_config, strict_object
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
@@ -486,7 +486,7 @@ def to_actor_config(cfg: DictConfig) -> ActorConfig:
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     actor_cfg = to_actor_config(cfg)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    save_run_config(cfg, run_dir)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -16,6 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS
 from robotrl.hil.config import HILConfig
+from robotrl.runtime.durable import write_atomic
 from robotrl.tasks import TASK_CONFIGS
 from robotrl.tasks.configs import BACKENDS
 
@@ -175,6 +176,12 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
     obj = OmegaConf.to_object(typed_train_config(cfg))
     obj.validate()
     return obj
+
+
+def save_run_config(cfg: DictConfig, run_dir: Path) -> None:
+    """Write `run_dir/config.yaml`, resolved, atomically: it is rewritten on resume, and a half-written one would
+    leave a run that can be neither resumed, evaluated nor deployed."""
+    write_atomic(Path(run_dir) / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode("utf-8"))
 
 
 def load_run_config(run: str | Path, backend: str | None = None) -> Any:

@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from robotrl.config import EvalConfig, load_run_config, register_configs, strict_object
+from robotrl.runtime.durable import write_atomic
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -48,7 +49,7 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     env.close()
     backend = getattr(train_cfg.task, "backend", None)
     result = {"checkpoint": ckpt.name, "episodes": cfg.episodes, **({"backend": backend} if backend else {}), **result}
-    (out_dir / "eval.json").write_text(json.dumps(result, indent=1))
+    write_atomic(out_dir / "eval.json", json.dumps(result, indent=1).encode())
     return result
 
 

@@ -16,7 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.config import apply_backend, register_configs, to_train_config, typed_train_config
+from robotrl.config import apply_backend, register_configs, save_run_config, to_train_config, typed_train_config
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -75,7 +75,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     # on resume too: a setting changed there (total_steps) must hold for the next resume of the same run
     saved = cfg.copy()
     saved.resume = None
-    OmegaConf.save(saved, run_dir / "config.yaml", resolve=True)
+    save_run_config(saved, run_dir)
     log.info("run directory: %s", run_dir.resolve())
     return train(train_cfg, run_dir, resume=bool(cfg.resume))
 

@@ -38,6 +38,7 @@ from robotrl.hil.reward_classifier import (
     split_episodes,
     train_classifier,
 )
+from robotrl.runtime.durable import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ def run(cfg: TrainClassifierConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     calibration = {k: report[k] for k in ("threshold", "min_precision", "met_min_precision", "note")}
     model.save(out, extra={"calibration": {**calibration, "held_out": report["held_out"]}, "training": asdict(cfg)})
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    write_atomic(out / "report.json", json.dumps(report, indent=1).encode())
     return report
 
 

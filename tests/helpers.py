@@ -160,3 +160,22 @@ def join_actor(thread, result, timeout=60):
     if "error" in result:
         raise result["error"]
     return result["summary"]
+
+
+def run_with_file_size_limit(limit: int, code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run Python `code` in a process whose writes past `limit` bytes of any file fail (EFBIG), as on a full disk:
+    what a write that is cut short leaves behind."""
+    prelude = (
+        "import resource, signal\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # the write fails instead of the signal killing us
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+    )
+    env = dict(os.environ, MUJOCO_GL="egl", HYDRA_FULL_ERROR="0")
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -2,11 +2,13 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
+from helpers import run_with_file_size_limit
 
 from robotrl.data.dataset import Episode, EpisodeDataset
 from robotrl.data.spec import TensorSpec
@@ -126,6 +128,46 @@ def test_load_names_what_is_wrong(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"format": "something else"}))
     with pytest.raises(ValueError, match="not a reward classifier"):
         RewardClassifier.load(tmp_path)
+
+
+SAVE_AGAIN = f"""
+import sys
+from robotrl.hil.reward_classifier import ClassifierArchitecture, RewardClassifier
+model = RewardClassifier(ClassifierArchitecture(("front",), {SIZE}, 1, **{TINY!r}), 0.9)
+model.save(sys.argv[1], extra={{"note": "x" * 50_000}})  # a config larger than the weights
+"""
+
+
+def test_a_save_cut_short_leaves_no_torn_file(tmp_path):
+    """A disk that fills up while a classifier is saved over an older one (retraining into the same `out`): each
+    file is the old one or the new one, and a mix of the two is refused by the config's checksum, by name."""
+    tiny_classifier(threshold=0.3).save(tmp_path / "clf")
+    config = (tmp_path / "clf" / "config.json").read_bytes()
+    size = (tmp_path / "clf" / "model.safetensors").stat().st_size
+    proc = run_with_file_size_limit(2 * size, SAVE_AGAIN, str(tmp_path / "clf"))  # the weights fit, the config not
+    assert proc.returncode != 0 and "File too large" in proc.stderr, proc.stderr[-2000:]
+    assert (tmp_path / "clf" / "config.json").read_bytes() == config
+    with pytest.raises(ValueError, match=r"model\.safetensors: checksum mismatch"):
+        RewardClassifier.load(tmp_path / "clf")
+    assert sorted(p.name for p in (tmp_path / "clf").iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_weights_that_are_not_the_configs_or_not_safetensors_are_refused_naming_the_file(tmp_path):
+    tiny_classifier(threshold=0.3).save(tmp_path / "old")
+    tiny_classifier(threshold=0.9).save(tmp_path / "new")
+    weights = tmp_path / "old" / "model.safetensors"
+    weights.write_bytes((tmp_path / "new" / "model.safetensors").read_bytes())  # a save stopped between its files
+    with pytest.raises(ValueError, match=rf"{re.escape(str(weights))}: checksum mismatch .*config\.json says"):
+        RewardClassifier.load(tmp_path / "old")
+    config = json.loads((tmp_path / "new" / "config.json").read_text())
+    del config["weights_sha256"]  # saved before configs recorded it
+    (tmp_path / "new" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "new" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(tmp_path / 'new' / 'model.safetensors'))} is not a"):
+        RewardClassifier.load(tmp_path / "new")
+    (tmp_path / "new" / "config.json").write_text("{truncated")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(tmp_path / 'new' / 'config.json'))} is not valid JSON"):
+        RewardClassifier.load(tmp_path / "new")
 
 
 def test_bad_frames_fail_naming_the_camera_entry():

@@ -9,7 +9,9 @@ good. The decision threshold is picked afterwards on held-out episodes (`calibra
 success is a reward for the wrong behaviour, so precision comes first.
 
 Frames are dicts keyed like observations (`pixels_<camera>`), so an env's `next_obs` goes in unchanged.
-Saved as `model.safetensors` + `config.json` (architecture, cameras, image size, threshold); no pickle.
+Saved as `model.safetensors` + `config.json` (architecture, cameras, image size, threshold, the weights'
+sha256); no pickle. Each file is written atomically, the config last, so a save cut short leaves the previous
+classifier or weights its config's checksum refuses.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
 from torch import nn
 
 from robotrl.data.spec import TensorSpec
 from robotrl.nn.augment import random_shift
 from robotrl.nn.encoders import ImageStateEncoder
 from robotrl.nn.mlp import MLP
+from robotrl.runtime.checksum import mismatch_problem, sha256_of_bytes
+from robotrl.runtime.durable import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +159,8 @@ class RewardClassifier(nn.Module):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         state = {name: tensor.detach().cpu().contiguous() for name, tensor in self.state_dict().items()}
-        save_file(state, str(path / WEIGHTS_FILE))
+        weights = save_tensors(state)
+        write_atomic(path / WEIGHTS_FILE, weights)
         config = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -163,8 +170,9 @@ class RewardClassifier(nn.Module):
             "frame_stack": self.architecture.frame_stack,
             "threshold": self.threshold,
             **(dict(extra) if extra else {}),
+            "weights_sha256": sha256_of_bytes(weights),
         }
-        (path / CONFIG_FILE).write_text(json.dumps(config, indent=1))
+        write_atomic(path / CONFIG_FILE, json.dumps(config, indent=1).encode())
         return path
 
     @classmethod
@@ -175,7 +183,10 @@ class RewardClassifier(nn.Module):
         for required in (config_path, weights_path):
             if not required.is_file():
                 raise FileNotFoundError(f"reward classifier {str(path)!r}: {required} does not exist")
-        config = json.loads(config_path.read_text())
+        try:
+            config = json.loads(config_path.read_bytes())
+        except ValueError as error:
+            raise ValueError(f"{config_path} is not valid JSON: {error}") from None
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise ValueError(f"{config_path} is not a reward classifier config (format {FORMAT!r})")
         if config.get("version") != FORMAT_VERSION:
@@ -185,8 +196,20 @@ class RewardClassifier(nn.Module):
         except TypeError as error:
             raise ValueError(f"{config_path}: bad architecture {config['architecture']!r}: {error}") from error
         model = cls(architecture, threshold=config["threshold"])
-        model.load_state_dict(load_file(str(weights_path)))
+        model.load_state_dict(_read_weights(weights_path, config.get("weights_sha256")))
         return model.to(device).eval()
+
+
+def _read_weights(path: Path, expected_sha256: str | None) -> dict[str, torch.Tensor]:
+    """The tensors of `path`, checked against the config's sha256 where it records one (configs saved before
+    it did load unchecked)."""
+    data = path.read_bytes()
+    if expected_sha256 is not None and (digest := sha256_of_bytes(data)) != expected_sha256:
+        raise ValueError(f"{path}: {mismatch_problem(digest, expected_sha256, CONFIG_FILE)}")
+    try:
+        return load_tensors(data)
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a readable safetensors file: {error}") from None
 
 
 def check_threshold(threshold: float) -> float:

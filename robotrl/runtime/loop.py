@@ -26,6 +26,7 @@ from robotrl.hil.scripted_operator import find_task
 from robotrl.hil.setup import ends_at_success, env_task, load_demos, wrap_for_hil
 from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import kept_checkpoint_note, latest_checkpoint, load_checkpoint, save_checkpoint
+from robotrl.runtime.durable import write_atomic
 from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.memory import check_fits
@@ -372,7 +373,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         "updates": counters["updates"],
         **{f"eval/{k}": v for k, v in final_eval.items()},
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=1).encode())
     writer.close()
     env.close()
     if eval_env is not None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+
+from robotrl.runtime.durable import write_atomic
 
 
 class NonFiniteError(FloatingPointError):
@@ -75,8 +78,9 @@ def _truncate_after(path: Path, step: int) -> None:
     with path.open(newline="") as f:
         rows = list(csv.reader(f))
     kept = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step]
-    with path.open("w", newline="") as f:
-        csv.writer(f).writerows(kept)
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(kept)
+    write_atomic(path, text.getvalue().encode())
 
 
 def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
