@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError, object_entries, subscribe_estop
+from robotrl.hardware.estop import subscribe_estop
+from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError, object_entries
 
 from robotrl.runtime.env import EnvCancelled
 
@@ -96,7 +97,8 @@ class BagRecorder:
 
             connection = self._writer.add_connection(estop_topic, ros_type_name(Bool), typestore=typestore)
             self.counts[estop_topic] = 0
-            self._subscriptions += subscribe_estop(bridge, estop_topic, self._writer_for(estop_topic, connection))
+            write = self._writer_for(estop_topic, connection)
+            self._subscriptions += subscribe_estop(bridge, estop_topic, lambda received: write(received.msg))
 
     def _writer_for(self, topic: str, connection):
         def write(msg) -> None:

@@ -39,9 +39,11 @@ start frame under `relative_frame`; joint_delta; joint_position), hands it to th
 returns the observation at the next policy tick. The shield's corrections in that policy period are
 reported in `info` (`safety/<kind>`: control periods in which it fired). An e-stop topic (std_msgs/Bool)
 latches the shield's e-stop: every true message does, however short the press, from a latched or a
-default-QoS publisher (`subscribe_estop`); after its release, a true message on the acknowledgement topic
-(or `acknowledge_estop()`) lets the next `reset()` restart. Until then every reset is refused, so an
-episode's automatic reset never drives the arm after a stop by itself.
+default-QoS publisher; it counts as pressed while any live publisher on it last said true
+(`hardware/estop.py`). After its release, a true message on the acknowledgement topic (or
+`acknowledge_estop()`) lets the next `reset()` restart. Until then every reset is refused, so an episode's
+automatic reset never drives the arm after a stop by itself; nor does a reset start while nothing publishes
+on the e-stop topic (`require_estop_publisher`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import math
 import os
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,11 +66,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym
 import mujoco
+from robotrl.hardware.estop import EStopInput
 from robotrl.hardware.realtime import check_priority, lock_memory, set_realtime_priority
 from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
 from robotrl.hardware.robot_vec_env import goal_box
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
-from robotrl.hardware.ros2.qos import Durability, QoSProfile
+from robotrl.hardware.state_clock import StampClock
 
 from robotrl.runtime.env import EnvCancelled
 from robotrl.safety import EStopLatchedError, Shield, ShieldConfig, ShieldResetError
@@ -78,11 +81,6 @@ log = logging.getLogger(__name__)
 ASSETS = Path(__file__).resolve().parent.parent / "tasks" / "assets"
 CONTROLS = ("ee_delta", "joint_delta", "joint_position")
 ON_STALE = ("hold", "raise")
-# An e-stop reader keeps every message of a burst until it is taken: a depth-1 reader let a quick release
-# overwrite its press before the receive thread got to it (a process busy for a moment lost short presses).
-ESTOP_DEPTH = 10
-ESTOP_LATCHED_QOS = QoSProfile(depth=ESTOP_DEPTH, durability=Durability.TRANSIENT_LOCAL)
-ESTOP_VOLATILE_QOS = QoSProfile(depth=ESTOP_DEPTH)
 
 
 def object_entries(objects: list[str], goals: dict[str, tuple[int, ...]]) -> dict[str, tuple[str, str]]:
@@ -104,6 +102,10 @@ SETTLE_DISTANCE = 0.005  # m: an object that moves less than this while it settl
 
 class StaleObservationError(RuntimeError):
     """An observation was older than its age limit (on_stale=raise)."""
+
+
+class EStopMissingError(ShieldResetError):
+    """reset() was refused: nothing publishes on the e-stop topic (`require_estop_publisher`)."""
 
 
 class ResetTimeoutError(TimeoutError):
@@ -128,7 +130,10 @@ class RobotEnvConfig:
     joint_states_topic: str = "/joint_states"
     controller: str = "forward_position_controller"  # commands go to /<controller>/commands
     gripper_controller: str = "gripper_controller"  # /<...>/commands; "": none
-    estop_topic: str = "/estop"  # std_msgs/Bool, latched or default QoS (subscribe_estop); "": none
+    estop_topic: str = "/estop"  # std_msgs/Bool, latched or default QoS (hardware/estop.py); "": none
+    # reset() waits (connect_timeout) for a live publisher on estop_topic and refuses to start without one: an
+    # e-stop nobody publishes cannot stop the arm. A simulated robot may opt out; a real one never should
+    require_estop_publisher: bool = True
     # std_msgs/Bool: a true message acknowledges a released e-stop, the operator's permission to restart;
     # volatile (never latched): an old acknowledgement must not release a stop that comes after it
     estop_ack_topic: str = "/estop_ack"
@@ -252,38 +257,6 @@ class RobotEnvConfig:
         return ShieldConfig(control_period=1.0 / self.control_rate_hz, **values)
 
 
-def subscribe_estop(bridge: Any, topic: str, callback: Callable[[Any], Any]) -> list:
-    """Two readers of an e-stop topic (std_msgs/Bool), both calling `callback` with each message. The
-    transient-local one hears latched publishers, and a press made before it joined; the volatile one hears
-    publishers with ROS 2's default QoS (`ros2 topic pub`, `create_publisher(topic, 10)`), which a
-    transient-local reader never matches. A latched publisher reaches both readers: a message seen already
-    (same source time and value, where the backend reports the source time) is passed on once. Best-effort
-    publishers match neither: an e-stop must be reliable."""
-    from robotrl.hardware.ros2.msgs import Bool
-
-    seen: deque[tuple[float, bool]] = deque(maxlen=4 * ESTOP_DEPTH)
-    lock = threading.Lock()
-    subscriptions: list = []
-
-    def heard_on(index: int) -> Callable[[Any], None]:
-        def heard(msg) -> None:
-            received = subscriptions[index].latest() if index < len(subscriptions) else None
-            stamp = received.source_time if received is not None and received.msg is msg else None
-            if stamp is not None:
-                key = (stamp, bool(msg.data))
-                with lock:
-                    if key in seen:
-                        return
-                    seen.append(key)
-            callback(msg)
-
-        return heard
-
-    for index, qos in enumerate((ESTOP_LATCHED_QOS, ESTOP_VOLATILE_QOS)):
-        subscriptions.append(bridge.subscription(topic, Bool, qos, heard_on(index)))
-    return subscriptions
-
-
 def _rotation_matrix(quat: np.ndarray) -> np.ndarray:
     """The 3x3 rotation of a unit quaternion (w, x, y, z)."""
     matrix = np.zeros(9)
@@ -327,7 +300,7 @@ class _State:
     position: torch.Tensor  # float64 [n] arm joints, spec order
     velocity: torch.Tensor | None
     gripper: float | None  # first gripper joint (metres per finger)
-    received_at: float  # time.monotonic()
+    stamp: float  # time.monotonic() when it was measured (header.stamp through StampClock)
 
 
 class RobotEnv(gym.Env):
@@ -472,6 +445,7 @@ class RobotEnv(gym.Env):
         # state shared with the control thread and the bridge's callbacks (an e-stop may arrive as soon as its
         # subscription exists), under _lock
         self._lock = threading.Lock()
+        self._state_clock = StampClock()  # joint states' measurement times from their header stamps
         self._parsed: tuple[Any, _State | None] = (None, None)  # (the message received, its parse)
         self._started = False
         self._pending: torch.Tensor | None = None
@@ -488,7 +462,6 @@ class RobotEnv(gym.Env):
         self.state_period: float | None = None  # measured joint-state interval (s), at the first reset
         self._last_setpoint: np.ndarray | None = None
         self._gripper_sent = (math.nan, -math.inf)  # (value, time) of the last gripper command published
-        self._warned_no_estop_publisher = False
         self._closing = threading.Event()
 
         from robotrl.hardware.ros2 import make_bridge
@@ -538,10 +511,10 @@ class RobotEnv(gym.Env):
         if cfg.gripper_controller and self.spec.gripper is not None:
             self.topics["gripper"] = f"/{cfg.gripper_controller}/commands"
             self._gripper_pub = self.bridge.publisher(self.topics["gripper"], Float64MultiArray, cfg.command_qos)
-        self._estop_subs = []
+        self._estop: EStopInput | None = None
         if cfg.estop_topic:
             self.topics["estop"] = cfg.estop_topic
-            self._estop_subs = subscribe_estop(self.bridge, cfg.estop_topic, self._on_estop)
+            self._estop = EStopInput(self.bridge, cfg.estop_topic, self._on_estop)
         if cfg.estop_ack_topic:
             self.topics["estop_ack"] = cfg.estop_ack_topic
             self._estop_ack_sub = self.bridge.subscription(cfg.estop_ack_topic, Bool, "default", self._on_estop_ack)
@@ -560,9 +533,9 @@ class RobotEnv(gym.Env):
         }
         self.topics.update({f"object/{name}": cfg.object_topic.format(name=name) for name in self.tracked_objects})
 
-    def _on_estop(self, msg) -> None:
+    def _on_estop(self, pressed: bool) -> None:
         with self._lock:
-            self.shield.estop(bool(msg.data))
+            self.shield.estop(pressed)
 
     def _on_estop_ack(self, msg) -> None:
         if msg.data:
@@ -573,7 +546,7 @@ class RobotEnv(gym.Env):
 
     def _state(self) -> _State | None:
         """The newest joint state, parsed once per message (joint names matched to the spec's)."""
-        from robotrl.hardware.ros2.tensors import joint_state_tensor
+        from robotrl.hardware.ros2.tensors import joint_state_tensor, time_seconds
 
         received = self._joint_states.latest()
         if received is None:
@@ -591,7 +564,8 @@ class RobotEnv(gym.Env):
             gripper = None
             if self.spec.gripper is not None and self.spec.gripper.joints[0] in msg.name:
                 gripper = float(msg.position[list(msg.name).index(self.spec.gripper.joints[0])])
-            parsed = _State(position, velocity, gripper, received.received_at)
+            stamp = self._state_clock.measured_at(time_seconds(msg.header.stamp), received.received_at)
+            parsed = _State(position, velocity, gripper, stamp)
         except (KeyError, ValueError) as error:
             self.stats["bad_joint_state"] += 1
             log.warning("robot env: ignoring a joint state: %s", error)
@@ -627,21 +601,23 @@ class RobotEnv(gym.Env):
 
     def _control_step(self) -> None:
         self._joint_states.poll()  # a state that has arrived counts as fresh even if the receive thread lags
-        now = time.monotonic()  # after the poll: no state may look younger than zero
         with self._lock:
             state = self._state()
+            # read under the lock, after the state: a reset() in between (which holds the lock) must not be
+            # newer than this period (the shield refuses time going back), nor may any state look younger than 0
+            now = time.monotonic()
             if not self._started or state is None:
                 return
             command, self._pending = self._pending, None
             gripper, self._pending_gripper = self._pending_gripper, None
             safe = self.shield.filter(
-                command, state.position, state.received_at, now, gripper=gripper, joint_velocity=state.velocity
+                command, state.position, state.stamp, now, gripper=gripper, joint_velocity=state.velocity
             )
             for key, value in safe.info.items():
                 if value:
                     self._period_info[key] += 1
                     self.totals[key] += 1
-            age = now - state.received_at
+            age = now - state.stamp
             if safe.mode == "track":
                 self.max_tracked_state_age = max(self.max_tracked_state_age, age)
                 self._stalled = False
@@ -684,7 +660,7 @@ class RobotEnv(gym.Env):
         info: dict[str, Any] = {}
         if state is None:
             raise StaleObservationError(f"no joint state has arrived on {self.cfg.joint_states_topic}")
-        age = now - state.received_at
+        age = now - state.stamp
         info["observation_age"] = age
         self.ages.append(age)
         stale = [f"joint_states {age * 1e3:.1f} ms old"] if age > self.cfg.max_state_age else []
@@ -760,7 +736,7 @@ class RobotEnv(gym.Env):
         of its tracked poses or one of its camera frames aged past its limit plus one policy period since
         arriving), or None."""
         period, cfg = 1.0 / self.cfg.policy_rate_hz, self.cfg
-        inputs = [("joint state", self._obs_state.received_at, "max_state_age", cfg.max_state_age), *self._obs_inputs]
+        inputs = [("joint state", self._obs_state.stamp, "max_state_age", cfg.max_state_age), *self._obs_inputs]
         for what, received_at, setting, limit in inputs:
             age = now - received_at
             if age > limit + period:
@@ -962,7 +938,7 @@ class RobotEnv(gym.Env):
         super().reset(seed=seed)
         cfg = self.cfg
         deadline = time.monotonic() + cfg.connect_timeout
-        while (state := self._locked_state()) is None or state.received_at < time.monotonic() - cfg.max_state_age:
+        while (state := self._locked_state()) is None or state.stamp < time.monotonic() - cfg.max_state_age:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"no fresh joint state on {cfg.joint_states_topic} within {cfg.connect_timeout} s (domain "
@@ -971,7 +947,7 @@ class RobotEnv(gym.Env):
             time.sleep(0.01)
         if self.state_period is None and self.shield.config.watchdog:
             self._check_state_rate()
-        self._warn_if_no_estop_publisher()
+        self._require_estop_publisher(deadline)
         self._restart_shield(deadline + cfg.reset_timeout)
         self._go_home()
         if seed is not None:
@@ -1012,7 +988,7 @@ class RobotEnv(gym.Env):
             state = self._locked_state()
             error = np.abs(state.position.numpy() - home)
             speed = np.abs(state.velocity.numpy()) if state.velocity is not None else np.zeros(self.n)
-            fresh = time.monotonic() - state.received_at <= cfg.max_state_age
+            fresh = time.monotonic() - state.stamp <= cfg.max_state_age
             if fresh and error.max() <= cfg.reset_tolerance and speed.max() <= cfg.reset_velocity:
                 return
             if time.monotonic() > deadline:
@@ -1028,7 +1004,7 @@ class RobotEnv(gym.Env):
     def _at_home(self) -> bool:
         """Whether the newest joint state is fresh and at rest at home, as `_go_home` leaves the arm."""
         cfg, state = self.cfg, self._locked_state()
-        if state is None or time.monotonic() - state.received_at > cfg.max_state_age:
+        if state is None or time.monotonic() - state.stamp > cfg.max_state_age:
             return False
         speed = np.abs(state.velocity.numpy()).max() if state.velocity is not None else 0.0
         error = np.abs(state.position.numpy() - self.spec.home.double().numpy()).max()
@@ -1044,15 +1020,18 @@ class RobotEnv(gym.Env):
         motion = (action[:, :3] @ frame).clamp(-1.0, 1.0)  # each row times frame: frame^T @ motion
         return torch.cat([motion, action[:, 3:]], -1)
 
-    def _warn_if_no_estop_publisher(self) -> None:
-        if self._estop_subs and not self._warned_no_estop_publisher:
-            if not any(sub.publisher_count() for sub in self._estop_subs):
-                self._warned_no_estop_publisher = True
-                log.warning(
-                    "robot env: nothing publishes on the e-stop topic %s (std_msgs/Bool, reliable; latched or "
-                    "volatile): no e-stop will be heard from it",
-                    self.cfg.estop_topic,
+    def _require_estop_publisher(self, deadline: float) -> None:
+        """Wait until something publishes on the e-stop topic (discovery takes a moment); refuse without."""
+        if self._estop is None or not self.cfg.require_estop_publisher:
+            return
+        while not self._estop.has_publisher():
+            if time.monotonic() > deadline:
+                raise EStopMissingError(
+                    f"robot env reset: nothing publishes on the e-stop topic {self.cfg.estop_topic} (std_msgs/Bool, "
+                    "reliable; latched or volatile): a robot does not start without a working e-stop (a simulated "
+                    "one may set hardware.require_estop_publisher=false)"
                 )
+            time.sleep(0.01)
 
     def _check_state_rate(self, window: float = 0.2) -> None:
         """Measure the joint-state interval and refuse a hold_after the stream cannot keep: with states
@@ -1079,12 +1058,15 @@ class RobotEnv(gym.Env):
     def _restart_shield(self, deadline: float) -> None:
         """Start the shield from the measured state; after a latch, let its brake finish and restart it."""
         while True:
+            pressed = self._estop is not None and self._estop.pressed  # by any live publisher, not the last one
             with self._lock:
+                if pressed:
+                    self.shield.estop(True)
                 state = self._state()
                 now = time.monotonic()
                 if not self._started or self.shield.latched or self.shield.at_rest:
                     try:
-                        self.shield.reset(state.position, state.received_at, now)
+                        self.shield.reset(state.position, state.stamp, now)
                         self._started = True
                         return
                     except EStopLatchedError as error:  # only the operator can clear it: no point waiting
@@ -1155,8 +1137,11 @@ class RobotEnv(gym.Env):
 
     def acknowledge_estop(self) -> None:
         """The same as a true message on the acknowledgement topic: after the e-stop is released, the next
-        reset() may restart (raises while the e-stop is still pressed)."""
+        reset() may restart (raises while the e-stop, by any live publisher on its topic, is still pressed)."""
+        pressed = self._estop is not None and self._estop.pressed
         with self._lock:
+            if pressed:
+                self.shield.estop(True)
             self.shield.acknowledge_estop()
 
     def _wait_at_rest(self, timeout: float) -> bool:

@@ -103,6 +103,9 @@ class SimTwinConfig:
     # std_msgs/Bool true on this topic puts every tracked object back where the model starts it, at rest: the
     # person who resets the scene between episodes (a robot env's hardware.scene_reset_topic asks); "": none
     scene_reset_topic: str = "/scene/reset"
+    # the robot's own e-stop button, released: std_msgs/Bool false, latched, as a lab's e-stop node publishes it
+    # (a robot env refuses to start without a live e-stop publisher); press it from another publisher; "": none
+    estop_topic: str = "/estop"
     report_interval: float = 10.0  # seconds between status lines in the log; 0: none
     realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
 
@@ -115,11 +118,12 @@ class SimTwinConfig:
             raise ValueError(f"object_rate_hz must be in (0, rate_hz={self.rate_hz}], got {self.object_rate_hz!r}")
         for name in self.objects:
             topic_for(self.object_topic, name, "object_topic")
-        if self.scene_reset_topic:
-            try:
-                full_topic_name(self.scene_reset_topic)  # a bad name fails here, before joining the domain
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"scene_reset_topic: {error}") from None
+        for key in ("scene_reset_topic", "estop_topic"):
+            if getattr(self, key):
+                try:
+                    full_topic_name(getattr(self, key))  # a bad name fails here, before joining the domain
+                except (TypeError, ValueError) as error:
+                    raise ValueError(f"{key}: {error}") from None
         if not self.camera_rate_hz > 0:
             raise ValueError(f"camera_rate_hz must be > 0, got {self.camera_rate_hz!r}")
         if self.camera_width < 1 or self.camera_height < 1:
@@ -291,6 +295,13 @@ class SimTwin:
         self.joint_states = self.bridge.publisher(cfg.joint_states_topic, JointState, cfg.state_qos)
         self.topics = {"joint_states": self.joint_states.topic}
         self._subscriptions = []
+        self._estop_button = None
+        if cfg.estop_topic:
+            from robotrl.hardware.ros2.msgs import Bool
+
+            self._estop_button = self.bridge.publisher(cfg.estop_topic, Bool, "latched")
+            self._estop_button.publish(Bool(data=False))
+            self.topics["estop"] = self._estop_button.topic
         if cfg.controller:
             topic = f"/{cfg.controller}/commands"
             self._subscriptions.append(

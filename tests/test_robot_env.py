@@ -20,18 +20,21 @@ from helpers import REPO, wait_until
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
+from robotrl.hardware.estop import subscribe_estop
 from robotrl.hardware.robot_env import (
+    EStopMissingError,
     ResetTimeoutError,
     RobotEnv,
     RobotEnvConfig,
     StaleObservationError,
-    subscribe_estop,
 )
 from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import DEFAULT, LATCHED, make_bridge
 from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, PoseStamped
 from robotrl.hardware.ros2.tensors import pose_msg, time_msg
 from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
+
+from robotrl.safety import EStopLatchedError
 
 RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
 # The in-process twin shares the GIL with the env and DDS, so on a loaded 2-core machine its states can come
@@ -444,9 +447,9 @@ def _operator_estop(operator, qos, env: RobotEnv):
     """An e-stop publisher with `qos`, once it and the env's e-stop readers have matched each other (a latched
     publisher matches both readers, a default-QoS one only the volatile reader)."""
     readers = 2 if qos is LATCHED else 1
-    before = sum(sub.publisher_count() for sub in env._estop_subs)
+    before = sum(sub.publisher_count() for sub in env._estop.subscriptions)
     publisher = operator.publisher("/estop", Bool, qos)
-    assert wait_until(lambda: sum(sub.publisher_count() for sub in env._estop_subs) == before + readers)
+    assert wait_until(lambda: sum(sub.publisher_count() for sub in env._estop.subscriptions) == before + readers)
     assert wait_until(lambda: publisher.subscription_count() == readers)
     return publisher
 
@@ -459,8 +462,8 @@ def test_a_short_estop_press_always_latches_the_shield(caplog):
     operator = make_bridge("dds", domain_id=200)
     home = SPEC.home.double()
     try:
-        env._warn_if_no_estop_publisher()
-        assert "nothing publishes on the e-stop topic /estop" in caplog.text
+        with pytest.raises(EStopMissingError, match="nothing publishes on the e-stop topic /estop"):
+            env._require_estop_publisher(time.monotonic() + 0.2)
         for qos in (LATCHED, DEFAULT):
             estop = _operator_estop(operator, qos, env)
             for press in range(20):
@@ -487,7 +490,7 @@ def test_estop_readers_hear_latched_and_default_qos_publishers_once_per_message(
         estop = operator.publisher("/estop", Bool, qos)
         if qos is LATCHED:
             estop.publish(Bool(data=True))  # pressed before the env joined: a latched publisher still tells it
-        subscriptions = subscribe_estop(bridge, "/estop", lambda msg: heard.append(bool(msg.data)))
+        subscriptions = subscribe_estop(bridge, "/estop", lambda received: heard.append(bool(received.msg.data)))
         assert wait_until(lambda: any(sub.publisher_count() for sub in subscriptions))
         if qos is LATCHED:
             assert wait_until(lambda: heard == [True])
@@ -783,3 +786,58 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
         twin.stop()
         thread.join(timeout=5)
         twin.close()
+
+
+def test_the_estop_is_pressed_while_any_live_publisher_says_pressed():
+    """The button's publisher presses; a second publisher sends false, an acknowledgement and a reset follow:
+    the arm must not restart while the button's own publisher still says pressed. Once it releases, the
+    acknowledgement and reset go through; once it is gone, its last word no longer counts."""
+    from robotrl.hardware.ros2.msgs import Bool
+
+    with twin_running(218):
+        operator = make_bridge("dds", domain_id=218)
+        dashboard = make_bridge("dds", domain_id=218)
+        env = _env(218, control="joint_delta")
+        try:
+            env.reset()
+            button = _operator_estop(operator, LATCHED, env)
+            other = _operator_estop(dashboard, DEFAULT, env)
+            button.publish(Bool(data=True))
+            assert wait_until(lambda: env.shield.latched == "estop")
+            other.publish(Bool(data=False))  # the last message received says released ...
+            assert wait_until(lambda: env._estop.pressed is True and len(env._estop.votes) >= 3)
+            time.sleep(0.1)
+            with pytest.raises(EStopLatchedError, match="still pressed"):
+                env.acknowledge_estop()  # ... but the button's publisher still says pressed
+            with pytest.raises(EStopLatchedError, match="still pressed"):
+                env.reset()
+            button.publish(Bool(data=False))
+            assert wait_until(lambda: not env._estop.pressed)
+            env.acknowledge_estop()
+            obs, _ = env.reset()
+            assert np.abs(obs["arm_qpos"] - SPEC.home.numpy()).max() <= env.cfg.reset_tolerance
+            other.publish(Bool(data=True))
+            assert wait_until(lambda: env.shield.latched == "estop")
+            dashboard.close()  # the pressing publisher leaves: its word goes with it, the latch stays
+            assert wait_until(lambda: not env._estop.pressed, timeout=5.0)
+            assert env.shield.latched == "estop"
+        finally:
+            env.close()
+            operator.close()
+
+
+def test_a_robot_does_not_start_without_an_estop_publisher():
+    with twin_running(219):  # the twin's own e-stop is on /estop: nothing publishes on the topic below
+        env = _env(219, cfg={"connect_timeout": 1.0, "estop_topic": "/estop_nobody"})
+        try:
+            with pytest.raises(EStopMissingError, match="/estop_nobody"):
+                env.reset()
+        finally:
+            env.close()
+        opted_out = _env(
+            219, cfg={"connect_timeout": 1.0, "estop_topic": "/estop_nobody", "require_estop_publisher": False}
+        )
+        try:
+            opted_out.reset()
+        finally:
+            opted_out.close()

@@ -39,9 +39,19 @@ class Received(Generic[M]):
     """time.monotonic() when the bridge took the message from the middleware."""
     source_time: float | None
     """The publisher's clock (seconds since the epoch) when it wrote the message, where the middleware says."""
+    publisher: int | None = None
+    """Which publisher wrote it (an id matching `Subscription.matched_publishers`), where the middleware says."""
 
     def age(self) -> float:
         return time.monotonic() - self.received_at
+
+
+@dataclass(frozen=True)
+class OnReceived(Generic[M]):
+    """A subscription callback that is given the whole `Received` (source time, publisher), not the message:
+    `bridge.subscription(topic, Bool, qos, OnReceived(function))`."""
+
+    function: Callable[[Received[M]], Any]
 
 
 class Publisher(ABC, Generic[M]):
@@ -102,21 +112,29 @@ class Subscription(ABC, Generic[M]):
     def publisher_count(self) -> int:
         """How many publishers are matched with this subscription now."""
 
+    def matched_publishers(self) -> set[int] | None:
+        """The ids of the publishers matched with this subscription now (alive), or None where the backend
+        cannot tell publishers apart (then every message counts as from one publisher, id None)."""
+        return None
+
     def poll(self) -> None:
         """Take what has arrived into the queue now, from the calling thread. A control loop calls this before
         it judges a message's age: the receive thread may not have run yet (it waits for the GIL like any
         Python thread), and a message that has arrived must not look stale because of that. Backends whose
         executor delivers on its own do nothing here."""
 
-    def _deliver(self, msg: M, source_time: float | None) -> None:
-        received = Received(msg, time.monotonic(), source_time)
+    def _deliver(self, msg: M, source_time: float | None, publisher: int | None = None) -> None:
+        received = Received(msg, time.monotonic(), source_time, publisher)
         with self._arrived:
             self._queue.append(received)
             self._latest = received
             self._arrived.notify_all()
         if self._callback is not None:
             try:
-                self._callback(msg)
+                if isinstance(self._callback, OnReceived):
+                    self._callback.function(received)
+                else:
+                    self._callback(msg)
             except Exception:  # one bad callback must not stop the receive thread for every topic
                 log.exception("callback of the subscription on %s failed", self.topic)
 
@@ -139,11 +157,11 @@ class Bridge(ABC):
         topic: str,
         msg_type: type[M],
         qos: QoSProfile | str = DEFAULT,
-        callback: Callable[[M], Any] | None = None,
+        callback: Callable[[M], Any] | OnReceived[M] | None = None,
     ) -> Subscription[M]:
         self._check_open()
-        if callback is not None and not callable(callback):
-            raise TypeError(f"callback for {topic!r} must be callable or None, got {callback!r}")
+        if callback is not None and not callable(callback) and not isinstance(callback, OnReceived):
+            raise TypeError(f"callback for {topic!r} must be callable, OnReceived or None, got {callback!r}")
         return self._create_subscription(full_topic_name(topic), _check_msg_type(msg_type), resolve_qos(qos), callback)
 
     def close(self) -> None:

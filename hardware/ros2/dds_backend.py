@@ -168,13 +168,17 @@ class DdsSubscription(Subscription[M]):
     def publisher_count(self) -> int:
         return self._reader.get_subscription_matched_status().current_count
 
+    def matched_publishers(self) -> set[int]:
+        return {_handle(handle) for handle in self._reader.get_matched_publications()}
+
     def drain(self) -> None:
         """Take everything the reader holds into the queue (the receive thread, and `poll`)."""
         with self._draining:
             while samples := self._reader.take(N=_TAKE_BATCH):
                 for sample in samples:
                     if isinstance(sample, self.msg_type):  # not a lifecycle note (writer gone, disposed)
-                        self._deliver(sample, sample.sample_info.source_timestamp / 1e9)
+                        info = sample.sample_info
+                        self._deliver(sample, info.source_timestamp / 1e9, _handle(info.publication_handle))
                 if len(samples) < _TAKE_BATCH:
                     return
 
@@ -258,3 +262,8 @@ class DdsBridge(Bridge):
         if self._receiver is not None:
             self._receiver.stop()
         _leave_domain(self.domain_id, self._participant)
+
+
+def _handle(handle: int) -> int:
+    """An instance handle as one number: sample infos give it unsigned, get_matched_publications signed."""
+    return handle & 0xFFFF_FFFF_FFFF_FFFF
