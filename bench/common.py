@@ -38,6 +38,24 @@ def parse_args(description: str, extra=None) -> argparse.Namespace:
     return args
 
 
+def cpu() -> dict:
+    """The CPU model and the vector flags that move speed ratios between hosts (AVX2 only, or AVX-512 with
+    BF16): every bench line records them, and only ratios from one host and run are compared."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "fma")
+    return {"cpu": model, "cpu_flags": [flag for flag in wanted if flag in flags]}
+
+
 def emit(name: str, figures: dict, save: bool) -> None:
     """Print the benchmark's JSON line last; with --save, append it to bench/results/<name>.jsonl."""
     figures = {
@@ -46,6 +64,7 @@ def emit(name: str, figures: dict, save: bool) -> None:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "host": platform.node(),
         "python": sys.version.split()[0],
+        **cpu(),
     }
     line = json.dumps(figures, sort_keys=False)
     if save:

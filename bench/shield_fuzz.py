@@ -23,6 +23,19 @@ filter() per control step (all steps; `_new_command`: the steps where a command 
 check costs the most), `sim_step_*_ms` the boxed arm's bare mj_step in the same loop, and
 `filter_to_sim_step_ratio` divides the two means.
 
+A second phase (`sensor_*` keys, same number of steps, one boxed arm) turns on the hostile inputs a
+review found holes with: commands that chatter 1 mrad around the soft joint limits every period with a
+limit-to-limit yank every 30 periods, alternating with the hostile commands above; joint states that glitch
+(one sample 0.3 rad off on one joint), arrive 150 ms late (stamped when measured) or out of order (an older
+sample after a newer one); two e-stop publishers, one pressing while the other says released and the
+operator tries to acknowledge; a gripper toggled every control period. Its violations are the simulator's
+(as above) plus `estop` (a control period in which the arm tracked, or an acknowledgement was accepted, while a
+live publisher said pressed) and `gripper_rate` (gripper setpoint changes closer than the shield's
+`gripper_min_interval`). `setpoint_jumps_over_limit` counts setpoints that moved further than the per-step
+limit in one period, in both phases, except the deliberate ones: a reset restarts from the measured position,
+and a tracking-error re-seed moves the setpoint at most `tracking_error` toward it (`reseed_jumps`,
+`max_reseed_jump`). `violations` adds both phases.
+
 The model's wrist actuators (12 Nm, kp 500) cannot hold joints 5-7 against gravity and the coupling of a
 full-speed move of joints 1-4: a wrist joint falls up to a radian behind its setpoint and then, its
 position loop saturated, sprints back several rad/s above its velocity limit although the setpoints never
@@ -115,6 +128,143 @@ def hostile_commands(spec, steps: int, policy_period: int, seed: int):
     return commands, grippers, events
 
 
+def chatter_commands(lower, upper, hard_lower, hard_upper, steps: int, generator) -> list:
+    """1 mrad of dither around the soft limits every period, a limit-to-limit yank every 30 periods."""
+    import torch
+
+    commands, base = [], lower
+    for i in range(steps):
+        if i % 30 == 0:
+            side = torch.rand(len(lower), generator=generator) < 0.5
+            base = torch.where(side, upper, lower)
+            commands.append(torch.where(side, hard_upper, hard_lower))
+        else:
+            commands.append(base + (0.001 if i % 2 else -0.001))
+    return commands
+
+
+def hostile_sensor_inputs(spec, shield, steps: int, policy_period: int, seed: int):
+    """Per control step: the command, how its joint state is corrupted (None, glitch, late, out_of_order), the
+    gripper command; and the e-stop episodes (start, duration)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1)
+    hostile, hostile_grippers, _ = hostile_commands(spec, steps, policy_period, seed + 1)
+    chatter = chatter_commands(
+        shield.limits.lower, shield.limits.upper, spec.position_lower.double(), spec.position_upper.double(), steps, g
+    )
+    commands, grippers, corruption = [], [], []
+    for step in range(steps):
+        segment = (step // 3000) % 3  # chatter, hostile, hostile with a toggling gripper
+        commands.append(chatter[step] if segment == 0 else hostile[step])
+        grippers.append((0.0 if step % 2 else 0.04) if segment == 2 else hostile_grippers[step])
+        u = float(torch.rand(1, generator=g))
+        corruption.append(
+            "glitch" if u < 1 / 50 else "late" if u < 1 / 50 + 1 / 70 else "out_of_order" if u < 0.05 else None
+        )
+    estops = [(start, int(torch.randint(100, 400, (1,), generator=g))) for start in range(1000, steps - 600, 2000)]
+    return commands, grippers, corruption, estops
+
+
+def run_sensors(args, steps: int) -> dict:
+    """The second phase: hostile joint states, competing e-stop publishers, gripper toggling, limit chatter."""
+    import mujoco
+    import torch
+    from robotrl.hardware.estop import EStopVotes
+    from robotrl.hardware.robot_spec import load_robot_spec
+
+    from robotrl.safety import EStopLatchedError, Shield
+
+    spec = load_robot_spec("panda")
+    model = mujoco.MjModel.from_xml_path(str(MODEL))
+    period = float(model.opt.timestep)
+    site_id = model.site(spec.end_effector_site).id
+    gripper_actuator = model.actuator("gripper").id
+    spec_np = (
+        spec.position_lower.double().numpy(),
+        spec.position_upper.double().numpy(),
+        spec.velocity_limit.double().numpy(),
+    )
+    shield = Shield.from_spec(spec, shield_config(args, period), MODEL)
+    commands, grippers, corruption, estops = hostile_sensor_inputs(spec, shield, steps, args.policy_period, args.seed)
+    data = mujoco.MjData(model)
+    data.qpos[:7] = data.ctrl[:7] = spec.home.double().numpy()
+    mujoco.mj_forward(model, data)
+    shield.reset(torch.from_numpy(data.qpos[:7].copy()), 0.0, 0.0, gripper_position=0.0)
+    button, dashboard = 1, 2  # two e-stop publishers, both live
+    votes = EStopVotes()
+    counts = dict.fromkeys((*KINDS, "estop", "gripper_rate"), 0)
+    jumps = reseeds = refused_acks = 0
+    max_reseed, max_jump_ratio = 0.0, 0.0
+    history: list = []  # (joint positions, stamp) per step
+    last_sent = shield._output.clone()
+    gripper_changed_at, gripper_value = -float("inf"), 0.0  # the reset's measured opening is no command
+    estop_at = dict(estops)
+    pressed_at, pressing_until, restarting, reset_step = -1, -1, False, -1
+    max_step = shield.limits.max_step * (1 + 1e-9)
+    for step in range(steps):
+        now = step * period
+        q = torch.from_numpy(data.qpos[:7].copy())
+        history.append((q, now))
+        measured, stamp = q, now
+        kind = corruption[step]
+        if kind == "glitch":
+            measured = q.clone()
+            measured[step % 7] += 0.3 if step % 2 else -0.3
+        elif kind == "late" and step >= 75:
+            measured, stamp = history[-76]
+        elif kind == "out_of_order" and step >= 3:
+            measured, stamp = history[-3]
+        if step in estop_at:  # the button presses; the dashboard says released; the operator tries to restart
+            votes.record(button, True)
+            shield.estop(True)
+            pressed_at, pressing_until, restarting = step, step + estop_at[step], True
+        if step == pressed_at + 20:
+            votes.record(dashboard, False)  # the last message received says released
+            shield.estop(votes.pressed({button, dashboard}))
+        if step == pressing_until:
+            votes.record(button, False)
+            shield.estop(votes.pressed({button, dashboard}))
+        pressed = votes.pressed({button, dashboard})
+        if restarting and step % 50 == 0 and shield.latched and shield.at_rest:
+            try:
+                shield.acknowledge_estop()
+                shield.reset(q, now, now)
+                restarting, reset_step = False, step
+                counts["estop"] += int(pressed)  # an acknowledgement taken while a publisher said pressed
+            except EStopLatchedError:
+                refused_acks += 1
+        safe = shield.filter(commands[step], measured, stamp, now, gripper=grippers[step])
+        counts["estop"] += int(pressed and safe.mode == "track" and not shield.at_rest)
+        reseeded = bool(safe.info["safety/tracking_error"])
+        jump = (safe.target - last_sent).abs()
+        if reseeded:
+            reseeds += 1
+            max_reseed = max(max_reseed, float(jump.max()))
+        elif step != reset_step and bool((jump > max_step).any()):
+            jumps += 1
+        max_jump_ratio = max(max_jump_ratio, float((jump / shield.limits.max_step).max()))
+        last_sent = safe.target
+        if safe.gripper is not None and float(safe.gripper) != gripper_value:
+            counts["gripper_rate"] += int(now - gripper_changed_at < shield.config.gripper_min_interval - 1e-9)
+            gripper_changed_at, gripper_value = now, float(safe.gripper)
+            data.ctrl[gripper_actuator] = gripper_value
+        data.ctrl[:7] = safe.target.numpy()
+        mujoco.mj_step(model, data)
+        for violation, happened in violations_of(data, spec_np, site_id).items():
+            counts[violation] += int(happened)
+    return {
+        "sensor_steps": steps,
+        "sensor_violations_by_kind": counts,
+        "sensor_setpoint_jumps_over_limit": jumps,
+        "reseed_jumps": reseeds,
+        "max_reseed_jump": round(max_reseed, 6),
+        "estop_acks_refused_while_pressed": refused_acks,
+        "estop_episodes": len(estops),
+        "sensor_corrections": {kind: n for kind, n in shield.counts.items() if n},
+    }
+
+
 def violations_of(data, spec_np, site_id) -> dict[str, bool]:
     import numpy as np
 
@@ -126,6 +276,24 @@ def violations_of(data, spec_np, site_id) -> dict[str, bool]:
         "velocity": bool(np.any(np.abs(qvel) > velocity)),
         "workspace": bool(np.any(ee < np.array(BOX_MIN)) or np.any(ee > np.array(BOX_MAX))),
     }
+
+
+def shield_config(args, period: float):
+    from robotrl.safety import ShieldConfig
+
+    return ShieldConfig(
+        control_period=period,
+        position_margin=0.05,
+        velocity_scale=args.velocity_scale,
+        acceleration_scale=args.acceleration_scale,
+        tracking_error=args.tracking_error or None,
+        workspace_min=BOX_MIN,
+        workspace_max=BOX_MAX,
+        workspace_margin=0.03,
+        hold_after=0.02,
+        stop_after=0.2,
+        command_timeout=0.3,
+    )
 
 
 def run(args) -> dict:
@@ -149,19 +317,7 @@ def run(args) -> dict:
     steps = args.steps or (10_000 if args.quick else 100_000)
     commands, grippers, events = hostile_commands(spec, steps, args.policy_period, args.seed)
     logging.getLogger("robotrl.safety").setLevel(logging.ERROR)  # corrections are counted, not printed
-    config = ShieldConfig(
-        control_period=period,
-        position_margin=0.05,
-        velocity_scale=args.velocity_scale,
-        acceleration_scale=args.acceleration_scale,
-        tracking_error=args.tracking_error or None,
-        workspace_min=BOX_MIN,
-        workspace_max=BOX_MAX,
-        workspace_margin=0.03,
-        hold_after=0.02,
-        stop_after=0.2,
-        command_timeout=0.3,
-    )
+    config = shield_config(args, period)
     shield = Shield.from_spec(spec, config, MODEL)
     # the same shield without the box, so the joints are driven to their limits too
     joint_config = ShieldConfig(**{**config.__dict__, "workspace_min": None, "workspace_max": None})
@@ -187,6 +343,8 @@ def run(args) -> dict:
     sim_times = np.empty(steps)  # the bare simulator step of the boxed arm, timed in the same loop
     event_at = {start: (kind, duration) for start, kind, duration in events}
     active_event, event_end, frozen_stamp = None, -1, 0.0
+    last_sent = [each._output.clone() for each, _ in pairs]
+    max_step, jumps = shield.limits.max_step * (1 + 1e-9), 0  # setpoint moves beyond the per-step limit
     start_time = time.perf_counter()
     for step in range(steps):
         now = step * period
@@ -204,12 +362,18 @@ def run(args) -> dict:
             active_event = None
         command = None if active_event == "silent" else commands[step]
         stamp = frozen_stamp if active_event == "stale" else now
-        for each, data in pairs:
+        for index, (each, data) in enumerate(pairs):
+            restarted = False
             if active_event is None and each.latched and each.at_rest:
                 each.acknowledge_estop()  # the operator's restart permission (a no-op after a stale stop)
                 each.reset(torch.from_numpy(data.qpos[:7].copy()), now, now)
+                restarted = True
             t0 = time.perf_counter()
             safe = each.filter(command, torch.from_numpy(data.qpos[:7].copy()), stamp, now, gripper=grippers[step])
+            jump = (safe.target - last_sent[index]).abs()
+            last_sent[index] = safe.target
+            if index < 2 and not restarted and not safe.info["safety/tracking_error"]:
+                jumps += int(bool((jump > max_step).any()))
             if each is shield:
                 latencies[step] = time.perf_counter() - t0
                 with_command[step] = command is not None
@@ -233,10 +397,13 @@ def run(args) -> dict:
         _track_worst(worst["shielded"], shielded, spec_np, site_id)
         _track_worst(worst["joint_shielded"], joint_shielded, spec_np, site_id)
     elapsed = time.perf_counter() - start_time
+    sensors = run_sensors(args, steps)
     counts["joint_shielded"].pop("workspace")  # these two have no box
     counts["ablation"].pop("workspace")
     # `violations` is the sum of `violations_by_kind`, which adds both shielded arms' counts per kind
     by_kind = {kind: counts["shielded"][kind] + counts["joint_shielded"].get(kind, 0) for kind in KINDS}
+    for kind, count in sensors["sensor_violations_by_kind"].items():
+        by_kind[kind] = by_kind.get(kind, 0) + count
     violations = sum(by_kind.values())
     reference = sum(counts["unshielded"].values())
     ms = 1e3
@@ -245,6 +412,8 @@ def run(args) -> dict:
         "control_hz": round(1 / period),
         "violations": violations,
         "violations_by_kind": by_kind,
+        "setpoint_jumps_over_limit": jumps + sensors["sensor_setpoint_jumps_over_limit"],
+        **sensors,
         "boxed_violations_by_kind": counts["shielded"],
         "no_box_violations_by_kind": counts["joint_shielded"],
         "no_tracking_check_violations_by_kind": counts["ablation"],
