@@ -745,7 +745,7 @@ def test_limit_chatter_with_yanks_and_holds_keeps_every_setpoint_in_the_box(seed
     shield = Shield.from_spec(SPEC, config, PANDA_XML)
     shield.reset(HOME, 0.0, 0.0)
     generator = torch.Generator().manual_seed(seed)
-    commands = chatter(3000, 30, generator, shield)
+    commands = chatter(1500, 30, generator, shield)
     site = model.site(SPEC.end_effector_site).id
     targets, worst_box, stamp = [], -math.inf, 0.0
     for i, command in enumerate(commands):
