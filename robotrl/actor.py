@@ -38,6 +38,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from robotrl.cli_errors import reports_errors
 from robotrl.config import apply_backend, register_configs, save_run_config, strict_object
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
@@ -496,6 +497,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="actor")
+@reports_errors("robotrl-actor")
 def _hydra_main(cfg: DictConfig) -> None:
     run(cfg, Path(HydraConfig.get().runtime.output_dir))
 

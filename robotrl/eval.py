@@ -17,6 +17,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from robotrl.cli_errors import reports_errors
 from robotrl.config import EvalConfig, load_run_config, register_configs, strict_object
 from robotrl.runtime.durable import write_atomic
 
@@ -54,6 +55,7 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="eval")
+@reports_errors("robotrl-eval")
 def _hydra_main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     result = run(strict_object(EvalConfig, cfg), out_dir)

@@ -50,6 +50,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS, make_agent
+from robotrl.cli_errors import reports_errors
 from robotrl.config import apply_backend, register_configs, strict_object
 from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.config import HILConfig
@@ -574,6 +575,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="learner")
+@reports_errors("robotrl-learner")
 def _hydra_main(cfg: DictConfig) -> None:
     run(cfg, Path(HydraConfig.get().runtime.output_dir))
 

@@ -25,6 +25,7 @@ import hydra
 import torch
 from omegaconf import MISSING, DictConfig
 
+from robotrl.cli_errors import reports_errors
 from robotrl.config import register_configs, strict_object
 from robotrl.tasks import TASK_CONFIGS
 
@@ -204,6 +205,7 @@ register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="record")
+@reports_errors("robotrl-record")
 def _hydra_main(cfg: DictConfig) -> None:
     obj: RecordConfig = strict_object(RecordConfig(task=TASK_CONFIGS[cfg.task.name]()), cfg)
     out = Path(obj.out) if obj.out else Path("datasets") / f"{obj.task.name}_{obj.teleop}"

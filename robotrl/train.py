@@ -16,6 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import apply_backend, register_configs, save_run_config, to_train_config, typed_train_config
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="config")
+@reports_errors("robotrl-train")
 def _hydra_main(cfg: DictConfig) -> None:
     run(cfg)
 
@@ -97,7 +99,8 @@ def _route_resume_to_its_run_dir(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    sys.argv = _route_resume_to_its_run_dir(sys.argv)
+    with exits_on_error("robotrl-train"):
+        sys.argv = _route_resume_to_its_run_dir(sys.argv)
     _hydra_main()
 
 

@@ -25,6 +25,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
+from robotrl.cli_errors import reports_errors
 from robotrl.config import strict_object
 from robotrl.data.dataset import Episode, EpisodeDataset
 from robotrl.hil.reward_classifier import (
@@ -219,6 +220,7 @@ def run(cfg: TrainClassifierConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="train_classifier")
+@reports_errors("robotrl-train-classifier")
 def _hydra_main(cfg: DictConfig) -> None:
     report = run(strict_object(TrainClassifierConfig, cfg))
     print(json.dumps(report))

@@ -1,4 +1,5 @@
-"""A run directory's files when something is wrong: a rewrite of config.yaml cut short leaves the old one."""
+"""A run directory's files when something is wrong: every program that loads the run's checkpoint refuses a
+corrupt one naming the file, and a rewrite of config.yaml cut short leaves the old one."""
 
 import shutil
 import textwrap
@@ -6,13 +7,16 @@ import textwrap
 import pytest
 from helpers import TINY, run_module, run_with_file_size_limit
 
+from robotrl.runtime.checkpoint import CheckpointError, latest_checkpoint
+
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("trained") / "run"
-    fixed = ("total_steps", "learning_starts", "eval_interval", "checkpoint_interval")
+    fixed = ("task", "total_steps", "learning_starts", "eval_interval", "checkpoint_interval")
     args = [a for a in TINY if not a.startswith(fixed)]
     args += ["total_steps=100", "learning_starts=50", "eval_interval=100", "checkpoint_interval=100", "video=false"]
+    args += ["task=panda_reach"]  # an arm task: robotrl-deploy runs only those
     run_module("robotrl.train", *args, f"hydra.run.dir={run_dir}")
     return run_dir
 
@@ -22,6 +26,49 @@ def run_dir(trained_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(trained_run, copy, symlinks=True)
     return copy
+
+
+def _flip_a_bit(path):
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _assert_one_line_naming(proc, *names):
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for name in names:
+        assert name in proc.stderr, proc.stderr[-3000:]
+
+
+def test_eval_refuses_a_bit_flipped_weights_file_naming_it(run_dir):
+    weights = latest_checkpoint(run_dir / "checkpoints") / "agent.safetensors"
+    _flip_a_bit(weights)
+    proc = run_module("robotrl.eval", f"run={run_dir}", "episodes=1", "video=false", check=False, timeout=120)
+    _assert_one_line_naming(proc, "robotrl-eval: error:", f"{weights}: checksum mismatch")
+
+
+def test_eval_refuses_a_pointer_out_of_checkpoints(run_dir):
+    (run_dir / "checkpoints" / "latest").write_text("../../elsewhere")
+    proc = run_module("robotrl.eval", f"run={run_dir}", "episodes=1", "video=false", check=False, timeout=120)
+    _assert_one_line_naming(proc, "robotrl-eval: error:", "names '../../elsewhere'")
+
+
+def test_resume_refuses_a_corrupt_optimizer_file_naming_it(run_dir):
+    optimizer = latest_checkpoint(run_dir / "checkpoints") / "optim_sac.safetensors"
+    _flip_a_bit(optimizer)
+    proc = run_module("robotrl.train", f"resume={run_dir}", "total_steps=200", check=False, timeout=120)
+    _assert_one_line_naming(proc, "robotrl-train: error:", f"{optimizer}: checksum mismatch")
+
+
+def test_deploy_refuses_to_load_a_corrupt_policy(run_dir):
+    from robotrl.hardware.deploy import load_policy
+
+    weights = latest_checkpoint(run_dir / "checkpoints") / "agent.safetensors"
+    _flip_a_bit(weights)
+    with pytest.raises(CheckpointError, match="checksum mismatch") as err:
+        load_policy(run_dir)
+    assert err.value.path == weights
 
 
 RESUME = textwrap.dedent(

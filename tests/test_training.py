@@ -42,7 +42,8 @@ ENTRY_POINTS = [
 
 def test_every_entry_point_refuses_a_key_its_schema_lacks_even_with_a_plus(tmp_path):
     """`+key=value` gets past Hydra's composition into a typed node; each program's schema merge must still refuse
-    it, naming it, before doing anything (a typo that trained silently also broke the run's resume later)."""
+    it, naming it, before doing anything (a typo that trained silently also broke the run's resume later). The
+    refusal is one line naming the program, without a traceback; the traceback goes to the run's log file."""
     env = dict(os.environ, MUJOCO_GL="egl", HYDRA_FULL_ERROR="0")
     procs = {
         module: subprocess.Popen(
@@ -58,7 +59,11 @@ def test_every_entry_point_refuses_a_key_its_schema_lacks_even_with_a_plus(tmp_p
     for module, proc in procs.items():
         output, _ = proc.communicate(timeout=120)
         assert proc.returncode != 0, f"{module} accepted +speling_mistake=3:\n{output[-2000:]}"
-        assert "Key 'speling_mistake' not in" in output, f"{module}:\n{output[-2000:]}"
+        program = "robotrl-" + module.rsplit(".", 1)[1].replace("_", "-")
+        assert f"{program}: error: Key 'speling_mistake' not in" in output, f"{module}:\n{output[-2000:]}"
+        assert "Traceback" not in output, f"{module}:\n{output[-2000:]}"
+    log = (tmp_path / "robotrl.train" / "train.log").read_text()
+    assert "Traceback" in log and "speling_mistake" in log
 
 
 def test_config_errors_name_the_key_or_list_the_options():
