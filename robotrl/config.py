@@ -184,14 +184,20 @@ def save_run_config(cfg: DictConfig, run_dir: Path) -> None:
     write_atomic(Path(run_dir) / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode("utf-8"))
 
 
+def run_config_file(run: str | Path, key: str = "run") -> Path:
+    """The config.yaml run directory `run` saved; FileNotFoundError naming `key=run` and what is missing."""
+    path = Path(run) / "config.yaml"
+    if not path.is_file():
+        missing = path if Path(run).exists() else Path(run)
+        raise FileNotFoundError(f"{key}={str(run)!r}: {missing} does not exist (not a robotrl run directory?)")
+    return path
+
+
 def load_run_config(run: str | Path, backend: str | None = None) -> Any:
     """The typed config a run directory saved (its config.yaml): robotrl-train's TrainConfig, or robotrl-learner's
     LearnerConfig (the policy of a fine-tuning session). Both carry the `agent` and `task` that evaluation and
     deployment rebuild the policy from; `backend` replaces the saved simulator."""
-    path = Path(run) / "config.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"run={str(run)!r}: {path} does not exist (not a robotrl run directory?)")
-    saved = OmegaConf.load(path)
+    saved = OmegaConf.load(run_config_file(run))
     if backend is not None:  # the top-level key wins over the saved task.backend
         saved.backend = backend
     if "learner" in saved and "agent" not in saved:  # robotrl-actor's: the learner holds the policy

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from robotrl.cli_errors import reports_errors
-from robotrl.config import EvalConfig, load_run_config, register_configs, strict_object
+from robotrl.cli_errors import exits_on_error, reports_errors
+from robotrl.config import EvalConfig, load_run_config, register_configs, run_config_file, strict_object
 from robotrl.runtime.durable import write_atomic
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,18 @@ def _hydra_main(cfg: DictConfig) -> None:
     print(json.dumps(result))
 
 
+def _check_run_before_hydra(argv: list[str]) -> None:
+    """Hydra creates its output directory, `<run>/eval/<time>/`, before the task starts: a `run=` that is not a
+    run directory must fail first, or a mistyped path would be left behind as an empty directory tree."""
+    for arg in argv[1:]:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "run":
+            run_config_file(value)
+
+
 def main() -> None:
+    with exits_on_error("robotrl-eval"):
+        _check_run_before_hydra(sys.argv)
     _hydra_main()
 
 

@@ -17,7 +17,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from robotrl.cli_errors import exits_on_error, reports_errors
-from robotrl.config import apply_backend, register_configs, save_run_config, to_train_config, typed_train_config
+from robotrl.config import (
+    apply_backend,
+    register_configs,
+    run_config_file,
+    save_run_config,
+    to_train_config,
+    typed_train_config,
+)
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -26,17 +33,10 @@ register_configs()
 _FIXED_ON_RESUME = ("agent", "task", "seed", "num_envs", "replay_capacity", "backend")
 
 
-def _saved_config_path(resume: str) -> Path:
-    saved_path = Path(resume) / "config.yaml"
-    if not saved_path.exists():
-        raise FileNotFoundError(f"resume={resume!r}: {saved_path} does not exist (not a robotrl run directory?)")
-    return saved_path
-
-
 def _resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The saved config of the run to resume, with this command line's scalar overrides applied."""
     run_dir = Path(cfg.resume)
-    saved = typed_train_config(OmegaConf.load(_saved_config_path(cfg.resume)))
+    saved = typed_train_config(OmegaConf.load(run_config_file(cfg.resume, key="resume")))
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == "resume":
@@ -93,7 +93,7 @@ def _route_resume_to_its_run_dir(argv: list[str]) -> list[str]:
     for arg in argv[1:]:
         if arg.startswith("resume=") and arg != "resume=null":
             run_dir = arg.split("=", 1)[1]
-            _saved_config_path(run_dir)
+            run_config_file(run_dir, key="resume")
             return [*argv, f"hydra.run.dir={run_dir}"]
     return argv
 

@@ -1,14 +1,30 @@
 """How the console scripts fail: one line naming the program and the bad value, a traceback only for a bug or with
-HYDRA_FULL_ERROR=1."""
+HYDRA_FULL_ERROR=1; robotrl-eval checks its run before Hydra creates anything under it."""
 
 import os
 import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, run_module
 
 from robotrl.cli_errors import ReportedError, exits_on_error, is_expected, reports_errors
+
+
+def test_eval_of_a_missing_run_names_it_and_creates_nothing(tmp_path):
+    missing = tmp_path / "no_such_run"
+    proc = run_module("robotrl.eval", f"run={missing}", check=False, timeout=60)
+    assert proc.returncode != 0
+    assert f"robotrl-eval: error: run={str(missing)!r}: {missing} does not exist" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not missing.exists()
+
+
+def test_eval_of_a_directory_that_is_no_run_names_its_missing_config_and_writes_nothing(tmp_path):
+    proc = run_module("robotrl.eval", f"run={tmp_path}", check=False, timeout=60)
+    assert proc.returncode != 0 and f"{tmp_path / 'config.yaml'} does not exist" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_hydra_full_error_shows_the_traceback_before_and_inside_hydra(tmp_path):
