@@ -428,11 +428,13 @@ def main() -> None:
     import hydra
     from omegaconf import DictConfig
 
+    from robotrl.cli_errors import reports_errors
     from robotrl.config import strict_object
 
     register_config()
 
     @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="deploy")
+    @reports_errors("robotrl-deploy")
     def _hydra_main(cfg: DictConfig) -> None:
         deploy_cfg: DeployConfig = strict_object(DeployConfig, cfg)
         stop = threading.Event()

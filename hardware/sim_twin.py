@@ -732,11 +732,13 @@ def main() -> None:
     import hydra
     from omegaconf import DictConfig
 
+    from robotrl.cli_errors import reports_errors
     from robotrl.config import strict_object
 
     register_config()
 
     @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="sim_twin")
+    @reports_errors("robotrl-sim-twin")
     def _hydra_main(cfg: DictConfig) -> None:
         twin_cfg: SimTwinConfig = strict_object(SimTwinConfig, cfg)
         twin = SimTwin(twin_cfg)
