@@ -832,3 +832,87 @@ def test_a_gripper_toggled_every_period_changes_at_most_every_min_interval():
     changes = int((np.diff(values) != 0).sum())
     assert changes <= 1.5 / shield.config.gripper_min_interval + 1 and changes >= 10
     assert shield.counts["gripper_rate"] > 500
+
+
+def pushed_below_the_floor(shield: Shield, steps: int, now: float):
+    """Joint states of an arm pushed down (joints 2 and 4, 0.5 rad/s) past the box floor from where the
+    setpoint is, at rest; yields (now, measured)."""
+    measured = shield._output.clone()
+    push = torch.zeros(7, dtype=torch.float64)
+    push[1], push[3] = 0.5 * DT, -0.5 * DT
+    for _ in range(steps):
+        now += DT
+        measured = measured + push
+        yield now, measured.clone()
+
+
+def test_a_reseed_never_follows_an_arm_pushed_out_of_the_box_and_the_setpoint_still_moves_after():
+    """Re-seeds on: a person pushes the arm down through the box floor. The re-seed toward it would put the
+    setpoint outside the box (114.8 mm, and then froze it there); it is refused, and commands still move it."""
+    shield = make_shield(command_timeout=10.0, tracking_error=0.15)
+    start = HOME.clone()
+    start[1], start[3] = 0.6, -1.6  # low over the table (z 0.166), inside the box
+    shield.reset(start, 0.0, 0.0)
+    assert shield.box.contains(shield.chain.position(start)).item()
+    targets, now = [], 0.0
+    for t, measured in pushed_below_the_floor(shield, 1500, 0.0):
+        targets.append(shield.filter(None, measured, t, t).target)
+        now = t
+    assert not shield.box.contains(shield.chain.position(measured), margin=0.0).item()  # the arm is out
+    targets = torch.stack(targets)
+    assert shield.box.contains(shield.chain.position(targets), margin=0.0).all()
+    assert shield.counts["tracking_error"] == 0 and shield.counts["workspace"] > 0
+    for _ in range(2000):  # released, the arm springs back to its setpoint (0.5 rad/s), then tracks
+        now += DT
+        measured = measured + (targets[-1] - measured).clamp(-0.5 * DT, 0.5 * DT)
+        shield.filter(None, measured, now, now)
+    moved = drive(shield, [HOME] + [None] * 300, start=now)  # the setpoint is not frozen: it goes home
+    assert (moved[-1] - targets[-1]).abs().max() > 0.1
+
+
+def test_no_reseed_moves_the_setpoint_while_the_estop_is_latched():
+    shield = make_shield(command_timeout=10.0, tracking_error=0.15, workspace_min=None, workspace_max=None)
+    drive(shield, [None] * 5)
+    shield.estop(True)
+    held = shield._output.clone()
+    moved = []
+    for now, measured in pushed_below_the_floor(shield, 1000, 0.005):
+        moved.append(shield.filter(None, measured, now, now).target)
+    assert (torch.stack(moved) - held).abs().max() == 0  # at rest when pressed: not one step
+    assert shield.counts["tracking_error"] == 0
+
+
+def test_a_hold_whose_brake_would_leave_the_box_finishes_the_checked_move(monkeypatch):
+    """The brake (ruckig's stop from the current state) is checked against the box like any move: when it
+    would leave the box, a timeout hold follows the checked move to its end instead (inside, at rest)."""
+    shield = make_shield(command_timeout=0.05)
+    goal = HOME + torch.tensor([0.3, 0.2, 0.0, -0.2, 0.0, 0.2, 0.0], dtype=torch.float64)
+    drive(shield, [goal] + [None] * 20)
+    checked = shield.motion.following
+    assert checked is not None and checked.target is not None
+    outside = HOME.clone()
+    outside[1], outside[3] = 1.5, -0.3  # a "brake" that would end below the floor
+    monkeypatch.setattr(shield.motion, "brake_plan", lambda: shield.motion.plan(outside))
+    targets = drive(shield, [None] * 1500, start=0.021)
+    assert shield.counts["command_timeout"] > 0 and shield.counts["workspace"] > 0
+    assert torch.equal(targets[-1], goal)  # the checked move, followed to its end
+    assert shield.box.contains(shield.chain.position(targets), margin=0.0).all()
+    assert shield.counts["workspace_guard"] == 0  # the brake check, not the last guard, kept it inside
+
+
+def test_a_refused_reset_changes_nothing():
+    shield = make_shield()
+    shield.filter(None, HOME, 0.001, 1.0)  # a state 1 s old: stopped, latched
+    assert shield.latched == "stale_stop"
+    with pytest.raises(ShieldResetError, match="gripper"):
+        shield.reset(HOME, 1.0, 1.0, gripper_position=float("nan"))
+    assert shield.latched == "stale_stop"
+
+
+def test_judge_state_is_the_rule_a_robot_env_applies_to_its_observations():
+    shield = make_shield()
+    drive(shield, [None] * 3)  # newest accepted: HOME at 0.003
+    assert shield.judge_state(HOME, 0.003) is None
+    assert shield.judge_state(HOME, 0.002) == "state_out_of_order"
+    assert shield.judge_state(HOME + 0.3, 0.004) == "state_glitch"
+    assert shield.judge_state(HOME + 0.001, 0.004) is None

@@ -147,7 +147,7 @@ class JerkLimitedMotion:
         """One control period along the plan followed; at its end (or following none) the position holds."""
         plan = self._plan
         if plan is None:
-            return self._hold()
+            return self.brake()  # following nothing: at rest, holds; moving (never expected), stops
         self._plan_steps += 1
         elapsed = min(self._plan_steps * self.period, plan.duration)
         position, velocity, acceleration = plan.state(elapsed)
@@ -167,18 +167,6 @@ class JerkLimitedMotion:
         self.position = step.position
         return step
 
-    def step_toward(self, target: torch.Tensor) -> MotionStep:
-        """One period toward `target`: along the plan followed if it goes there, else along a new plan."""
-        plan = self._plan
-        if plan is None or plan.target is None or not torch.equal(plan.target, target):
-            plan = self.plan(target)
-            if plan is None:  # no trajectory to the target: brake instead
-                step = self.brake()
-                step.failed = True
-                return step
-            self.follow(plan)
-        return self.step()
-
     def brake(self) -> MotionStep:
         """One period of the stop: along the brake followed, or a new one from the current state."""
         if self.at_rest:  # stay exactly still
@@ -191,10 +179,6 @@ class JerkLimitedMotion:
                 return MotionStep(self.position.clone(), failed=True)
             self.follow(plan)
         return self.step()
-
-    def _hold(self) -> MotionStep:
-        self.reset(self.position)
-        return MotionStep(self.position.clone())
 
     def _calculate(self, target: torch.Tensor | None) -> Plan | None:
         """ruckig's trajectory from the current state with the first synchronization that works."""
@@ -282,12 +266,6 @@ class StepClippedMotion:
         previous, self.position = self.position, torch.from_numpy(position.copy())
         clipped = bool(((self.position - previous).abs() >= self.limits.max_step * SATURATED).any())
         return MotionStep(self.position.clone(), step_clipped=clipped)
-
-    def step_toward(self, target: torch.Tensor) -> MotionStep:
-        plan = self._plan
-        if plan is None or not torch.equal(plan.target, target):
-            self.follow(self.plan(target))
-        return self.step()
 
     def brake(self) -> MotionStep:
         self._plan = None

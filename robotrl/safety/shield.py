@@ -165,6 +165,11 @@ class Shield:
             raise ShieldResetError(
                 f"the joint state is not fresh (stamp {state_stamp}, now {now}, hold_after {self.config.hold_after_s})"
             )
+        gripper = None
+        if gripper_position is not None:  # checked before anything changes: a refused reset leaves the latches
+            if not bool(torch.isfinite(torch.as_tensor(gripper_position)).all()):
+                raise ShieldResetError(f"the gripper position is not finite: {gripper_position}")
+            gripper = self._gripper_clamp(torch.as_tensor(gripper_position, dtype=torch.float64))[0]
         # a measured position a hair beyond a hard limit: start from the limit, never command beyond it
         position = torch.minimum(torch.maximum(position, self._hard_lower), self._hard_upper)
         self.motion.reset(position)
@@ -176,10 +181,8 @@ class Shield:
         self._output_outside = self._outside_box(position)
         self._last_command_time = now
         self._estop_latched = self._stop_latched = self._estop_acknowledged = False
-        if gripper_position is not None:
-            if not bool(torch.isfinite(torch.as_tensor(gripper_position)).all()):
-                raise ShieldResetError(f"the gripper position is not finite: {gripper_position}")
-            self._gripper = self._gripper_clamp(torch.as_tensor(gripper_position, dtype=torch.float64))[0]
+        if gripper is not None:
+            self._gripper = gripper
         self._started = True
 
     def filter(
@@ -223,7 +226,8 @@ class Shield:
                 count.add("nan", now)
 
         reseeded = False
-        if state_age is StateAge.FRESH and new_sample:
+        # no re-seed while latched: an e-stop or a stop must not move the setpoint toward a pushed arm
+        if state_age is StateAge.FRESH and new_sample and not (self._estop_latched or self._stop_latched):
             velocity = self._measured_velocity
             if joint_velocity is not None:
                 given = self._joint_vector(joint_velocity, "joint_velocity")
@@ -257,7 +261,7 @@ class Shield:
         self._count_shaping(step, now)
         target = self._guard_output(step.position, now)
         if mode != "track":
-            self._safe_target = target.clone()  # a hold ends where the brake ends; resume from there
+            self._safe_target = self._where_motion_ends(target)  # resume from where the hold comes to rest
         self._output = target
         # the gripper keeps its setpoint whenever the arm does not track: a gripper closing on a command sent
         # into a stale-state hold would act on a world the policy no longer sees
@@ -269,25 +273,38 @@ class Shield:
         gripper_out = None if self._gripper is None else self._gripper.clone()
         return SafeCommand(target=target.clone(), gripper=gripper_out, mode=mode, info=info)
 
-    def _accept_state(self, position: torch.Tensor, stamp: float | None, now: float) -> bool:
-        """Take a joint state sample as the newest measurement, or refuse it: stamped before the newest one
-        (out of order; a repeat of the same stamp is not new either) or moved further than the hardware can
-        in the time between the stamps (a glitch). Returns whether it was taken."""
+    @property
+    def measured(self) -> tuple[torch.Tensor, float] | None:
+        """The newest joint state accepted (positions, stamp): what the shield believes the arm is doing."""
+        return None if self._measured is None else (self._measured[0].clone(), self._measured[1])
+
+    def judge_state(self, position: torch.Tensor, stamp: float | None) -> str | None:
+        """Why a joint state sample would be refused (None: it is the newest accepted one, or would be taken):
+        stamped before the newest accepted one (out of order), or moved further than the hardware can in
+        the time between the stamps (a glitch). A robot env asks the same before acting on an observation."""
         previous = self._measured
         if not _usable(stamp) or not _finite(position):
+            return "not finite"
+        if previous is None:
+            return None
+        if stamp < previous[1]:
+            return "state_out_of_order"
+        if stamp == previous[1]:
+            return None if torch.equal(position, previous[0]) else "state_glitch"
+        bound = self._velocity_bound * (stamp - previous[1]) + self.config.state_jump_tolerance
+        return "state_glitch" if bool(((position - previous[0]).abs() > bound).any()) else None
+
+    def _accept_state(self, position: torch.Tensor, stamp: float | None, now: float) -> bool:
+        """Take a joint state sample as the newest measurement, or refuse it (`judge_state`). Returns whether
+        it was taken as a new sample (a repeat of the newest is not new)."""
+        previous = self._measured
+        refused = self.judge_state(position, stamp)
+        if refused in ("state_out_of_order", "state_glitch"):
+            self.corrections.add(refused, now, f"stamp {stamp}, measured {position.tolist()}")
+        if refused is not None or (previous is not None and stamp == previous[1]):
             return False
         if previous is not None:
-            if stamp < previous[1]:
-                self.corrections.add("state_out_of_order", now, f"stamp {stamp} after {previous[1]}")
-                return False
-            if stamp == previous[1]:
-                return False
-            elapsed = stamp - previous[1]
-            bound = self._velocity_bound * elapsed + self.config.state_jump_tolerance
-            if bool(((position - previous[0]).abs() > bound).any()):
-                self.corrections.add("state_glitch", now, f"measured {position.tolist()}")
-                return False
-            self._measured_velocity = (position - previous[0]) / elapsed
+            self._measured_velocity = (position - previous[0]) / (stamp - previous[1])
         self._measured = (position.clone(), float(stamp))  # the caller may reuse its buffer
         return True
 
@@ -307,11 +324,15 @@ class Shield:
         if self._lagging_samples < self.config.tracking_samples:
             return False
         self._lagging_samples = 0
-        self.corrections.add("tracking_error", now, f"measured {position.tolist()}, setpoint {self._output.tolist()}")
         start = self._output + torch.maximum(torch.minimum(lag, bound), -bound)
         start = torch.minimum(torch.maximum(start, self._hard_lower), self._hard_upper)
+        outside = self._outside_box(start)
+        if outside > self._output_outside + 1e-12:  # toward an arm pushed out of the box: the setpoint stays
+            self.corrections.add("workspace", now, f"re-seed refused: {outside * 1e3:.1f} mm outside the box")
+            return False
+        self.corrections.add("tracking_error", now, f"measured {position.tolist()}, setpoint {self._output.tolist()}")
         self.motion.reseed(start, velocity)
-        self._output = start.clone()
+        self._output, self._output_outside = start.clone(), outside
         return True
 
     def _replan_from_measured(self, now: float) -> bool:
@@ -415,6 +436,13 @@ class Shield:
         if guarded is not position:
             self.motion.override_position(guarded)
         return guarded
+
+    def _where_motion_ends(self, position: torch.Tensor) -> torch.Tensor:
+        """Where the motion comes to rest: the end of the plan it follows, else `position` (at rest)."""
+        plan = self.motion.following
+        if plan is None:
+            return position.clone()
+        return torch.from_numpy(plan.state(plan.duration)[0].copy())
 
     def _outside_box(self, position: torch.Tensor) -> float:
         """How far the tool point at `position` is outside the workspace box itself (margin 0); 0 inside."""
