@@ -66,13 +66,16 @@ class EStopVotes:
             self._said[publisher] = bool(pressed)
 
     def pressed(self, live: set[int | None] | None) -> bool:
-        """`live`: the publishers matched now (their words count; the others' are forgotten), or None where
-        publishers cannot be told apart (every word counts)."""
+        """`live`: the publishers matched now (only their words count), or None where publishers cannot be
+        told apart (every word counts). Nothing is forgotten here: a publisher that matched after `live` was
+        read keeps its word for the next call."""
         with self._lock:
-            if live is not None:
-                for gone in set(self._said) - live:
-                    del self._said[gone]
-            return any(self._said.values())
+            return any(word for publisher, word in self._said.items() if live is None or publisher in live)
+
+    def silent(self, live: set[int | None]) -> set[int | None]:
+        """Live publishers that have said nothing yet: whether their button is pressed is not known."""
+        with self._lock:
+            return live - set(self._said)
 
     def __len__(self) -> int:
         return len(self._said)
@@ -104,6 +107,26 @@ class EStopInput:
 
     def has_publisher(self) -> bool:
         return any(subscription.publisher_count() for subscription in self.subscriptions)
+
+    def not_known_released(self) -> str | None:
+        """Why the e-stop cannot be taken as released for a restart (None: every live publisher has said
+        false): a publisher says pressed, or has said nothing since this reader joined (a button that
+        publishes only on change, pressed before), or the backend cannot tell publishers apart."""
+        live = self.live_publishers()
+        if live is None:
+            return (
+                f"this bridge cannot tell the publishers on {self.topic} apart, so one saying released could hide "
+                "another saying pressed: use hardware.backend=dds (ROS 2 nodes on rmw_cyclonedds_cpp hear it)"
+            )
+        if self.votes.pressed(live):
+            return f"the e-stop is still pressed (a publisher on {self.topic} says so)"
+        silent = self.votes.silent(live)
+        if silent:
+            return (
+                f"{len(silent)} publisher(s) on {self.topic} have not said whether the e-stop is pressed since this "
+                "env joined: publish it latched, or repeat it"
+            )
+        return None
 
     @property
     def pressed(self) -> bool:

@@ -203,6 +203,15 @@ class RobotEnvConfig:
             raise ValueError(f"hardware.on_stale must be one of {', '.join(ON_STALE)}, got {self.on_stale!r}")
         if not self.controller:
             raise ValueError("hardware.controller must name the joint position controller")
+        if not isinstance(self.require_estop_publisher, bool):
+            raise ValueError(
+                f"hardware.require_estop_publisher must be true or false, got {self.require_estop_publisher!r}"
+            )
+        if self.require_estop_publisher and not self.estop_topic:
+            raise ValueError(
+                "hardware.require_estop_publisher is true but hardware.estop_topic is empty: name the e-stop topic, "
+                "or set require_estop_publisher=false (a simulated robot only)"
+            )
         if "control_period" in self.shield:
             raise ValueError("hardware.shield.control_period is set from hardware.control_rate_hz; remove it")
         speed = self.max_object_speed
@@ -657,6 +666,10 @@ class RobotEnv(gym.Env):
         now = time.monotonic()
         with self._lock:
             state = self._state()
+            # the shield's own rule: a state it refuses (out of order, a glitch) is not acted on here either
+            refused = (
+                None if state is None or not self._started else self.shield.judge_state(state.position, state.stamp)
+            )
         info: dict[str, Any] = {}
         if state is None:
             raise StaleObservationError(f"no joint state has arrived on {self.cfg.joint_states_topic}")
@@ -664,6 +677,8 @@ class RobotEnv(gym.Env):
         info["observation_age"] = age
         self.ages.append(age)
         stale = [f"joint_states {age * 1e3:.1f} ms old"] if age > self.cfg.max_state_age else []
+        if refused is not None:
+            stale.append(f"joint_states refused by the shield ({refused})")
         q = state.position.numpy()
         ee, ee_quat, _ = self.kinematics.pose(q)
         obs: dict[str, np.ndarray] = {
@@ -1021,10 +1036,13 @@ class RobotEnv(gym.Env):
         return torch.cat([motion, action[:, 3:]], -1)
 
     def _require_estop_publisher(self, deadline: float) -> None:
-        """Wait until something publishes on the e-stop topic (discovery takes a moment); refuse without."""
+        """Wait until something publishes on the e-stop topic (discovery takes a moment) and every publisher
+        there has said it is released; refuse without (the e-stop latches as pressed until then)."""
         if self._estop is None or not self.cfg.require_estop_publisher:
             return
-        while not self._estop.has_publisher():
+        while not self._estop.has_publisher() or self._estop.not_known_released():
+            if self._estop.has_publisher() and time.monotonic() > deadline:
+                raise EStopLatchedError(f"robot env reset: {self._estop.not_known_released()}", pressed=True)
             if time.monotonic() > deadline:
                 raise EStopMissingError(
                     f"robot env reset: nothing publishes on the e-stop topic {self.cfg.estop_topic} (std_msgs/Bool, "
@@ -1094,6 +1112,11 @@ class RobotEnv(gym.Env):
         if np.abs(action[np.isfinite(action)]).max(initial=0.0) > 1.0:
             info["action_clipped"] = 1
         action = np.clip(action, -1.0, 1.0)  # NaN stays NaN (the shield drops it)
+        if self._estop is not None and self.cfg.require_estop_publisher and not self._estop.has_publisher():
+            # the e-stop's publisher is gone: nothing could stop the arm now, so it counts as pressed
+            self.stats["estop_publisher_lost"] += 1
+            with self._lock:
+                self.shield.estop(True)
         # The observation was fresh when it was taken; the action is only as fresh as that observation. One
         # computed after a stall (slow inference, a weight load, a paused process) is not sent either.
         late = self._late_reason(time.monotonic()) if self._obs_fresh else None
@@ -1137,11 +1160,13 @@ class RobotEnv(gym.Env):
 
     def acknowledge_estop(self) -> None:
         """The same as a true message on the acknowledgement topic: after the e-stop is released, the next
-        reset() may restart (raises while the e-stop, by any live publisher on its topic, is still pressed)."""
-        pressed = self._estop is not None and self._estop.pressed
+        reset() may restart (raises while the e-stop, by any live publisher on its topic, is still pressed or
+        not known to be released)."""
+        why = None if self._estop is None else self._estop.not_known_released()
         with self._lock:
-            if pressed:
+            if why is not None:
                 self.shield.estop(True)
+                raise EStopLatchedError(f"acknowledgement refused: {why}", pressed=True)
             self.shield.acknowledge_estop()
 
     def _wait_at_rest(self, timeout: float) -> bool:

@@ -391,6 +391,7 @@ def test_estop_topic_latches_a_hold_until_acknowledged_and_reset():
     with twin_running(188):
         operator = make_bridge("dds", domain_id=188)
         estop = operator.publisher("/estop", Bool, LATCHED)
+        estop.publish(Bool(data=False))  # a button node says its state (a silent one would keep the arm still)
         ack = operator.publisher("/estop_ack", Bool)
         env = _env(188, control="joint_delta")
         try:
@@ -841,3 +842,67 @@ def test_a_robot_does_not_start_without_an_estop_publisher():
             opted_out.reset()
         finally:
             opted_out.close()
+
+
+def test_estop_votes_keep_a_word_from_a_publisher_not_yet_seen_live():
+    """A publisher that matches and presses between reading the live set and reading the votes must not lose
+    its press (the votes used to forget every publisher missing from the live set they were given)."""
+    from robotrl.hardware.estop import EStopVotes
+
+    votes = EStopVotes()
+    votes.record(1, False)
+    live_before = {1}
+    votes.record(2, True)  # publisher 2 matched and pressed after live_before was read
+    assert not votes.pressed(live_before)
+    assert votes.pressed({1, 2})  # its word is still there
+    assert votes.silent({1, 2, 3}) == {3}
+    assert votes.pressed(None)  # publishers that cannot be told apart: every word counts
+
+
+def test_a_live_estop_publisher_that_has_said_nothing_keeps_the_arm_from_restarting():
+    """A button node that publishes only on change (volatile), pressed before the env joined, is live but
+    silent: its button may be down, so neither an acknowledgement nor a reset goes through until it speaks."""
+    with twin_running(220):
+        operator = make_bridge("dds", domain_id=220)
+        env = _env(220, cfg={"connect_timeout": 2.0})
+        try:
+            env.reset()
+            button = _operator_estop(operator, DEFAULT, env)  # matched, has said nothing
+            with pytest.raises(EStopLatchedError, match="have not said whether the e-stop is pressed"):
+                env.acknowledge_estop()
+            assert env.shield.latched == "estop"
+            with pytest.raises(EStopLatchedError, match="have not said"):
+                env.reset()
+            button.publish(Bool(data=False))
+            assert wait_until(lambda: env._estop.not_known_released() is None)
+            env.acknowledge_estop()
+            env.reset()
+        finally:
+            env.close()
+            operator.close()
+
+
+def test_an_estop_that_cannot_tell_publishers_apart_never_counts_as_released():
+    """rclpy (before publisher ids) delivers every message as from one publisher: a dashboard's false would
+    hide the button's true, so a robot env refuses to restart on such a bridge and says what to use."""
+    from robotrl.hardware.estop import EStopInput
+
+    class Anonymous:  # what the rclpy backend offers: counts, no ids
+        def matched_publishers(self):
+            return None
+
+        def publisher_count(self):
+            return 1
+
+    class Bridge:
+        def subscription(self, topic, msg_type, qos, callback):
+            return Anonymous()
+
+    estop = EStopInput(Bridge(), "/estop", lambda pressed: None)
+    assert "use hardware.backend=dds" in estop.not_known_released()
+
+
+def test_require_estop_publisher_needs_a_topic():
+    with pytest.raises(ValueError, match=r"require_estop_publisher is true but hardware\.estop_topic is empty"):
+        RobotEnvConfig(estop_topic="").validate()
+    RobotEnvConfig(estop_topic="", require_estop_publisher=False).validate()

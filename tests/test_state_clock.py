@@ -30,7 +30,8 @@ def test_unstamped_messages_fall_back_to_their_arrival_and_the_window_forgets():
     clock = StampClock(window=1.0)
     assert clock.measured_at(0.0, 5.0) == 5.0
     assert clock.measured_at(float("nan"), 5.1) == 5.1
-    clock.measured_at(OFFSET + 10.0, 10.001)  # a fast delivery ...
+    for i in range(3):  # fast deliveries ...
+        clock.measured_at(OFFSET + 10.0 + i * 0.001, 10.001 + i * 0.001)
     for i in range(1, 300):  # ... then the path slows for good (a new route): after the window, the new normal
         t = 10.0 + i * 0.01
         measured = clock.measured_at(OFFSET + t, t + 0.05)
@@ -47,3 +48,15 @@ def test_messages_arriving_in_stamp_order_keep_their_order_as_the_estimate_impro
     times += [clock.measured_at(OFFSET + 10.1 + i * 0.004, 10.1005 + i * 0.004) for i in range(25)]
     assert (np.diff(times) >= 0).all()
     assert times[-1] == pytest.approx(10.1005 + 24 * 0.004)  # the fast delivery is the clock's offset now
+
+
+def test_one_message_stamped_far_ahead_does_not_age_the_messages_after_it():
+    """A sender that once stamps 5 s ahead (a clock glitch): with the fastest single delivery as the offset,
+    every later state looked 5 s old and the arm stopped for the whole window."""
+    clock = StampClock()
+    for i in range(50):
+        t = 10.0 + i * 0.002
+        clock.measured_at(OFFSET + t, t + 0.001)
+    clock.measured_at(OFFSET + 10.1 + 5.0, 10.101)
+    t = 10.102
+    assert clock.measured_at(OFFSET + t, t + 0.001) == pytest.approx(t + 0.001)
