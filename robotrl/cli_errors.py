@@ -46,11 +46,12 @@ def reports_errors(program: str) -> Callable[[Callable[..., Any]], Callable[...,
             try:
                 return task(*args, **kwargs)
             except Exception as err:
-                if isinstance(err, ReportedError) or not is_expected(err):
+                if isinstance(err, ReportedError) or not is_expected(err) or _verbose():
                     raise
                 log_file = _log_traceback(program, err)
                 where = f" (traceback in {log_file})" if log_file else ""
-                raise ReportedError(error_line(program, err) + where) from err
+                # from None: Hydra would print an OmegaConf cause's message a second time
+                raise ReportedError(error_line(program, err) + where) from None
 
         return task_reporting_errors
 
@@ -63,10 +64,14 @@ def exits_on_error(program: str) -> Iterator[None]:
     try:
         yield
     except Exception as err:
-        if not is_expected(err) or os.environ.get(VERBOSE_ENV) == "1":
+        if not is_expected(err) or _verbose():
             raise
         print(error_line(program, err), file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV) == "1"
 
 
 def _log_traceback(program: str, err: BaseException) -> str | None:
