@@ -51,7 +51,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS, make_agent
 from robotrl.cli_errors import reports_errors
-from robotrl.config import apply_backend, register_configs, strict_object
+from robotrl.config import apply_backend, register_configs, save_run_config, strict_object
 from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.config import HILConfig
 from robotrl.runtime.checkpoint import (
@@ -558,7 +558,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         _check_same_experiment(cfg, saved)
     learner = Learner(learner_cfg, run_dir)
     if not saved.exists():
-        OmegaConf.save(cfg, saved, resolve=True)
+        save_run_config(cfg, run_dir)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
