@@ -171,20 +171,10 @@ def run_sensors(args, steps: int) -> dict:
     import mujoco
     import torch
     from robotrl.hardware.estop import EStopVotes
-    from robotrl.hardware.robot_spec import load_robot_spec
 
     from robotrl.safety import EStopLatchedError, Shield
 
-    spec = load_robot_spec("panda")
-    model = mujoco.MjModel.from_xml_path(str(MODEL))
-    period = float(model.opt.timestep)
-    site_id = model.site(spec.end_effector_site).id
-    gripper_actuator = model.actuator("gripper").id
-    spec_np = (
-        spec.position_lower.double().numpy(),
-        spec.position_upper.double().numpy(),
-        spec.velocity_limit.double().numpy(),
-    )
+    spec, model, period, site_id, gripper_actuator, spec_np = panda()
     shield = Shield.from_spec(spec, shield_config(args, period), MODEL)
     commands, grippers, corruption, estops = hostile_sensor_inputs(spec, shield, steps, args.policy_period, args.seed)
     data = mujoco.MjData(model)
@@ -278,6 +268,19 @@ def violations_of(data, spec_np, site_id) -> dict[str, bool]:
     }
 
 
+def panda():
+    """The Panda's spec and MJCF model, its control period, end-effector site, gripper actuator and the
+    (lower, upper, velocity) limits the violations are read against."""
+    import mujoco
+    from robotrl.hardware.robot_spec import load_robot_spec
+
+    spec = load_robot_spec("panda")
+    model = mujoco.MjModel.from_xml_path(str(MODEL))
+    limits = tuple(x.double().numpy() for x in (spec.position_lower, spec.position_upper, spec.velocity_limit))
+    site, gripper = model.site(spec.end_effector_site).id, model.actuator("gripper").id
+    return spec, model, float(model.opt.timestep), site, gripper, limits
+
+
 def shield_config(args, period: float):
     from robotrl.safety import ShieldConfig
 
@@ -300,20 +303,10 @@ def run(args) -> dict:
     import mujoco
     import numpy as np
     import torch
-    from robotrl.hardware.robot_spec import load_robot_spec
 
     from robotrl.safety import Shield, ShieldConfig
 
-    spec = load_robot_spec("panda")
-    model = mujoco.MjModel.from_xml_path(str(MODEL))
-    period = float(model.opt.timestep)
-    site_id = model.site(spec.end_effector_site).id
-    gripper_actuator = model.actuator("gripper").id
-    spec_np = (
-        spec.position_lower.double().numpy(),
-        spec.position_upper.double().numpy(),
-        spec.velocity_limit.double().numpy(),
-    )
+    spec, model, period, site_id, gripper_actuator, spec_np = panda()
     steps = args.steps or (10_000 if args.quick else 100_000)
     commands, grippers, events = hostile_commands(spec, steps, args.policy_period, args.seed)
     logging.getLogger("robotrl.safety").setLevel(logging.ERROR)  # corrections are counted, not printed
