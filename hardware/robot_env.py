@@ -1040,10 +1040,14 @@ class RobotEnv(gym.Env):
         there has said it is released; refuse without (the e-stop latches as pressed until then)."""
         if self._estop is None or not self.cfg.require_estop_publisher:
             return
-        while not self._estop.has_publisher() or self._estop.not_known_released():
-            if self._estop.has_publisher() and time.monotonic() > deadline:
-                raise EStopLatchedError(f"robot env reset: {self._estop.not_known_released()}", pressed=True)
+        while True:
+            present = self._estop.has_publisher()
+            why = self._estop.not_known_released() if present else None  # read once: the answer may change
+            if present and why is None:
+                return
             if time.monotonic() > deadline:
+                if present:
+                    raise EStopLatchedError(f"robot env reset: {why}", pressed=True)
                 raise EStopMissingError(
                     f"robot env reset: nothing publishes on the e-stop topic {self.cfg.estop_topic} (std_msgs/Bool, "
                     "reliable; latched or volatile): a robot does not start without a working e-stop (a simulated "

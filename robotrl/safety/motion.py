@@ -144,7 +144,7 @@ class JerkLimitedMotion:
         self._plan, self._plan_steps = plan, 0
 
     def step(self) -> MotionStep:
-        """One control period along the plan followed; at its end (or following none) the position holds."""
+        """One control period along the plan followed; at its end the position holds; following none, a brake."""
         plan = self._plan
         if plan is None:
             return self.brake()  # following nothing: at rest, holds; moving (never expected), stops

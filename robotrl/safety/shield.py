@@ -284,7 +284,7 @@ class Shield:
         the time between the stamps (a glitch). A robot env asks the same before acting on an observation."""
         previous = self._measured
         if not _usable(stamp) or not _finite(position):
-            return "not finite"
+            return "not finite or not stamped"
         if previous is None:
             return None
         if stamp < previous[1]:
@@ -427,7 +427,8 @@ class Shield:
         if bool((limited != guarded).any()):
             self.corrections.add("position_limit", now, "setpoint beyond a hard limit")
             guarded = limited
-        outside = self._outside_box(guarded)
+        # a setpoint that did not move (at rest, holding) is as far out as the last: no forward kinematics
+        outside = self._output_outside if torch.equal(guarded, self._output) else self._outside_box(guarded)
         if outside > self._output_outside + 1e-12:
             # leaving the box (or going further out): hold the last setpoint, whatever the stage before planned
             self.corrections.add("workspace_guard", now, f"setpoint {outside * 1e3:.1f} mm outside the box")
