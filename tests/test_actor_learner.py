@@ -34,16 +34,20 @@ TASK = GymTaskConfig(env_id="Pendulum-v1", max_episode_steps=50)
 
 
 class ScriptedTakeover:
-    """An intervention wrapper stand-in: every `every`-th step an 'operator' drives env 0 with a zero action."""
+    """An intervention wrapper stand-in: every `every`-th step an 'operator' drives env 0 with a zero action.
+    `pauses` maps a step count to a condition that step waits for (the learner's progress, not the clock)."""
 
-    def __init__(self, env, every):
+    def __init__(self, env, every, pauses=None):
         self.env, self.every, self.steps, self.interventions = env, every, 0, 0
+        self.pauses = pauses or {}
 
     def __getattr__(self, name):
         return getattr(self.env, name)
 
     def step(self, action):
         self.steps += 1
+        if self.steps in self.pauses:
+            wait_for(self.pauses[self.steps], 60, f"the learner's progress before step {self.steps}")
         intervened = torch.zeros(self.env.num_envs, dtype=torch.bool)
         intervened[0] = self.steps % self.every == 0
         executed = torch.where(intervened.unsqueeze(1), torch.zeros_like(action), action)
@@ -104,10 +108,22 @@ def test_learner_and_actor_configs_are_structured():
 
 
 def test_two_actors_stream_flagged_transitions_and_receive_weights(learner, tmp_path):
-    takeover = {}
+    takeover, arm = {}, None
+
+    def first_weights_arrived():
+        return arm[0].sender.received_version is not None
+
+    def newer_weights_arrived():  # learning_starts=100, weights_every=20: 500 arm steps owe >= 20 versions
+        actor = arm[0]
+        newer = actor.weights_loaded >= 2 or actor.sender.received_version != actor.weights_version
+        return newer and actor.sender.received_version >= 20
 
     def env_with_operator(agent_cfg):
-        takeover["env"] = ScriptedTakeover(make_training_env(SimpleNamespace(task=TASK, agent=agent_cfg), 2), every=4)
+        # the arm pauses (at 300 and 500 of its 600 env steps) until weights reach it, so on a loaded machine
+        # too it acts on at least two versions the learner published while it acted
+        pauses = {150: first_weights_arrived, 250: newer_weights_arrived}
+        env = make_training_env(SimpleNamespace(task=TASK, agent=agent_cfg), 2)
+        takeover["env"] = ScriptedTakeover(env, every=4, pauses=pauses)
         return takeover["env"]
 
     # one actor here (with a scripted operator), one through the robotrl-actor entry point in its own process
@@ -115,7 +131,7 @@ def test_two_actors_stream_flagged_transitions_and_receive_weights(learner, tmp_
     hand_args = ["task=gym", "task.max_episode_steps=50", f"learner.address=127.0.0.1:{learner.port}"]
     hand_args += ["actor_id=hand", "total_steps=300", "batch_steps=10", "control_hz=250", "log_interval=100"]
     hand = run_module("robotrl.actor", *hand_args, f"hydra.run.dir={tmp_path / 'hand'}", timeout=90, check=False)
-    arm = join_actor(*arm[2:])
+    arm = join_actor(*arm[2:], timeout=150)
     assert hand.returncode == 0, hand.stderr[-3000:]
 
     assert arm["env_steps"] == arm["acked_env_steps"] == 600
@@ -265,11 +281,13 @@ def test_learner_killed_and_restarted_loses_no_acknowledged_transition(learner):
         assert restored["env_steps"] >= max(before["env_steps"], acked_at_kill)
         wait_for(lambda: actor.connected and actor.sender.reconnects >= 1, 30, "the actor to reconnect")
         steps_while_away = actor.env_step
-        wait_for(
-            lambda: learner.status()["streams"]["rover"]["transitions"] >= steps_while_away,
-            30,
-            "the batches queued while the learner was away to be resent",
-        )
+
+        def queued_while_away_acknowledged():  # not the stored count: a paced actor may hold a part batch unpushed
+            oldest = actor.outbox.oldest()
+            return oldest is None or oldest.env_step > steps_while_away
+
+        wait_for(queued_while_away_acknowledged, 60, "the batches queued while the learner was away to be resent")
+        assert learner.status()["streams"]["rover"]["transitions"] >= actor.sender.acked_env_steps
     finally:
         stop.set()
         summary = join_actor(thread, result)

@@ -196,6 +196,7 @@ class Sender:
         self._weights_lock = threading.Lock()
         self._new_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self.have_weights: str | None = None  # id of the newest weights received
+        self.received_version: int | None = None  # version of the newest weights received (maybe not yet taken)
         self.rejected_weights: str | None = None  # id of weights that failed to decode: not fetched again
         self.connected = True
         self.fatal: BaseException | None = None  # set when the learner refuses this actor for good
@@ -361,7 +362,7 @@ class Sender:
             return
         with self._weights_lock:
             self._new_weights = (tensors, int(header["version"]))
-        self.have_weights = header["weights_id"]
+        self.have_weights, self.received_version = header["weights_id"], int(header["version"])
 
     def _on_rpc_error(self, err: grpc.RpcError) -> None:
         code = err.code()
