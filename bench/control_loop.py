@@ -80,7 +80,7 @@ def child(role: str, domain_id: int, seconds: float) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from robotrl.hardware.robot_spec import load_robot_spec
+    from robotrl.core.robot_spec import load_robot_spec
 
     spec = load_robot_spec("panda")
     act = _policy(spec.home.tolist())
@@ -238,8 +238,9 @@ def twin_phase(rate_hz: int, domain_id: int, seconds: float) -> dict:
 
 
 def raw_phase(rate_hz: int, domain_id: int, seconds: float) -> dict:
-    from robotrl.hardware.robot_spec import load_robot_spec
     from robotrl.hardware.ros2.msgs import JointState
+
+    from robotrl.core.robot_spec import load_robot_spec
 
     spec = load_robot_spec("panda")
     names = [*spec.joints, *spec.gripper.joints]

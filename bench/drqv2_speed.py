@@ -41,8 +41,8 @@ def ours_updates_per_s(updates: int, device: str, precision: str = "fp32") -> fl
     import torch
 
     from robotrl.agents import DrQv2, DrQv2Config
+    from robotrl.core.spec import TensorSpec
     from robotrl.data.frame_replay import FrameReplay
-    from robotrl.data.spec import TensorSpec
     from robotrl.runtime.allocator import retain_freed_memory
 
     if device == "cpu":
@@ -111,8 +111,8 @@ def _filled_replay(cls, spec, transitions: int, device: str, episode_len: int = 
 def bytes_per_transition_over_frame() -> float:
     import torch
 
+    from robotrl.core.spec import TensorSpec
     from robotrl.data.frame_replay import FrameReplay
-    from robotrl.data.spec import TensorSpec
 
     spec = {"pixels_front": TensorSpec((3 * STACK, SIZE, SIZE), torch.uint8)}
     capacity = 5_000

@@ -272,7 +272,8 @@ def panda():
     """The Panda's spec and MJCF model, its control period, end-effector site, gripper actuator and the
     (lower, upper, velocity) limits the violations are read against."""
     import mujoco
-    from robotrl.hardware.robot_spec import load_robot_spec
+
+    from robotrl.core.robot_spec import load_robot_spec
 
     spec = load_robot_spec("panda")
     model = mujoco.MjModel.from_xml_path(str(MODEL))

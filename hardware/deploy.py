@@ -35,7 +35,7 @@ import torch
 from robotrl.hardware.estop import subscribe_estop
 from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError, object_entries
 
-from robotrl.runtime.env import EnvCancelled
+from robotrl.core.env import EnvCancelled
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +122,9 @@ class BagRecorder:
 def load_policy(run: str | Path, device: str = "cpu"):
     """(agent, train config, the simulated env's observation spec and action dim, task facts) of a run."""
     from robotrl.agents import make_agent
-    from robotrl.config import load_run_config
     from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
     from robotrl.runtime.loop import resolve_device
+    from robotrl.runtime.run_config import load_run_config
 
     run_dir = Path(run)
     train_cfg = load_run_config(run_dir)  # robotrl-train's run, or robotrl-learner's (a fine-tuning session)

@@ -68,12 +68,12 @@ import gymnasium as gym
 import mujoco
 from robotrl.hardware.estop import EStopInput
 from robotrl.hardware.realtime import check_priority, lock_memory, set_realtime_priority
-from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
 from robotrl.hardware.robot_vec_env import goal_box
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 from robotrl.hardware.state_clock import StampClock
 
-from robotrl.runtime.env import EnvCancelled
+from robotrl.core.env import EnvCancelled
+from robotrl.core.robot_spec import RobotSpec, load_robot_spec
 from robotrl.safety import EStopLatchedError, Shield, ShieldConfig, ShieldResetError
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class RobotEnvConfig:
     """One robot's connection, rates and limits. `configs/hardware/<name>.yaml` gives one per robot; the
     same keys drive the simulated twin (`hardware=sim_twin`) and a real arm (`hardware=panda`)."""
 
-    robot: str = "panda"  # hardware/robots/<robot>.yaml: joints, limits, home pose
+    robot: str = "panda"  # robotrl/core/robots/<robot>.yaml: joints, limits, home pose
     model: str | None = None  # MJCF for forward kinematics; None: tasks/assets/<robot>.xml
     backend: str = "dds"  # dds | rclpy | auto (hardware/ros2/bridge.py:make_bridge)
     domain_id: int = 0

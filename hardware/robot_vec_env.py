@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import EnvCancelled, Obs, StepResult, check_action
+from robotrl.core.env import EnvCancelled, Obs, StepResult, check_action
+from robotrl.core.spec import TensorSpec
 
 log = logging.getLogger(__name__)
 

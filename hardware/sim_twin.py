@@ -54,8 +54,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco
 from robotrl.hardware.realtime import check_priority, set_realtime_priority
-from robotrl.hardware.robot_spec import RobotSpec, load_robot_spec
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
+
+from robotrl.core.robot_spec import RobotSpec, load_robot_spec
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ _SCENE = """<mujoco model="{robot}_twin">
 
 @dataclass
 class SimTwinConfig:
-    robot: str = "panda"  # hardware/robots/<robot>.yaml; the model is tasks/assets/<robot>.xml
+    robot: str = "panda"  # robotrl/core/robots/<robot>.yaml; the model is tasks/assets/<robot>.xml
     model: str | None = None  # another MJCF file (used as is, no scene added)
     rate_hz: float = 500.0  # control rate: joint states out, commands applied
     duration: float | None = None  # seconds to run; None: until SIGINT/SIGTERM

@@ -21,7 +21,7 @@ def generate_launch_description():
     cameras = LaunchConfiguration("cameras")
     return LaunchDescription(
         [
-            DeclareLaunchArgument("robot", default_value="panda", description="a spec in hardware/robots/"),
+            DeclareLaunchArgument("robot", default_value="panda", description="a spec in robotrl/core/robots/"),
             DeclareLaunchArgument("rate_hz", default_value="500", description="control rate"),
             DeclareLaunchArgument("cameras", default_value="[]", description="cameras to publish, e.g. [front]"),
             robotrl_process(

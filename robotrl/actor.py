@@ -39,13 +39,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.cli_errors import reports_errors
-from robotrl.config import apply_backend, register_configs, save_run_config, strict_object
+from robotrl.config import apply_backend, register_configs, strict_object
+from robotrl.core.env import EnvCancelled, StepResult, VecEnv
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
 from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
-from robotrl.runtime.env import EnvCancelled, StepResult, VecEnv
+from robotrl.runtime.run_config import save_run_config
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
 from robotrl.runtime.transport.protocol import ACTOR_ID, new_session, task_settings
@@ -66,7 +67,7 @@ def actor_seed(seed: int, actor_id: str) -> int:
 @dataclass
 class ActorHILConfig:
     """The actor's side of `hil.*` (robotrl/hil/config.py): who takes over, and a learned reward. The
-    demonstrations and the offline share belong to the learner (robotrl/learner.py: LearnerHILConfig)."""
+    demonstrations and the offline share belong to the learner (robotrl/runtime/learner_config.py: LearnerHILConfig)."""
 
     operator: str = "none"  # who takes over: none | scripted (the task's expert) | keyboard | spacemouse | gamepad
     on_disconnect: str = "resume"  # a teleop device that disconnects: resume (the policy acts) | stop the episode

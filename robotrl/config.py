@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -16,7 +15,6 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS
 from robotrl.hil.config import HILConfig
-from robotrl.runtime.durable import write_atomic
 from robotrl.tasks import TASK_CONFIGS
 from robotrl.tasks.configs import BACKENDS
 
@@ -136,9 +134,6 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalConfig)
-    from robotrl.record import RecordConfig  # here: robotrl.record registers configs on import
-
-    cs.store(name="record_schema", node=RecordConfig)
     for name, node in AGENT_CONFIGS.items():
         cs.store(group="schema/agent", name=name, node=node)
     for name, node in TASK_CONFIGS.items():
@@ -176,36 +171,3 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
     obj = OmegaConf.to_object(typed_train_config(cfg))
     obj.validate()
     return obj
-
-
-def save_run_config(cfg: DictConfig, run_dir: Path) -> None:
-    """Write `run_dir/config.yaml`, resolved, atomically: it is rewritten on resume, and a half-written one would
-    leave a run that can be neither resumed, evaluated nor deployed."""
-    write_atomic(Path(run_dir) / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode("utf-8"))
-
-
-def run_config_file(run: str | Path, key: str = "run") -> Path:
-    """The config.yaml run directory `run` saved; FileNotFoundError naming `key=run` and what is missing."""
-    path = Path(run) / "config.yaml"
-    if not path.is_file():
-        missing = path if Path(run).exists() else Path(run)
-        raise FileNotFoundError(f"{key}={str(run)!r}: {missing} does not exist (not a robotrl run directory?)")
-    return path
-
-
-def load_run_config(run: str | Path, backend: str | None = None) -> Any:
-    """The typed config a run directory saved (its config.yaml): robotrl-train's TrainConfig, or robotrl-learner's
-    LearnerConfig (the policy of a fine-tuning session). Both carry the `agent` and `task` that evaluation and
-    deployment rebuild the policy from; `backend` replaces the saved simulator."""
-    saved = OmegaConf.load(run_config_file(run))
-    if backend is not None:  # the top-level key wins over the saved task.backend
-        saved.backend = backend
-    if "learner" in saved and "agent" not in saved:  # robotrl-actor's: the learner holds the policy
-        raise ValueError(
-            f"run={str(run)!r} is a robotrl-actor's directory, which holds no policy: give the learner's run directory"
-        )
-    if "server" in saved:  # only robotrl-learner's schema has one
-        from robotrl.learner import to_learner_config
-
-        return to_learner_config(saved)
-    return to_train_config(saved)

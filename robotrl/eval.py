@@ -19,8 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from robotrl.cli_errors import exits_on_error, reports_errors
-from robotrl.config import EvalConfig, load_run_config, register_configs, run_config_file, strict_object
-from robotrl.runtime.durable import write_atomic
+from robotrl.config import EvalConfig, register_configs, strict_object
+from robotrl.core.durable import write_atomic
+from robotrl.runtime.run_config import load_run_config, run_config_file
 
 log = logging.getLogger(__name__)
 register_configs()

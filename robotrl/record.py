@@ -23,6 +23,7 @@ from typing import Any
 
 import hydra
 import torch
+from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
 from robotrl.cli_errors import reports_errors
@@ -202,6 +203,7 @@ def record(cfg: RecordConfig, out: Path) -> dict[str, Any]:
 
 
 register_configs()
+ConfigStore.instance().store(name="record_schema", node=RecordConfig)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="record")

@@ -17,14 +17,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from robotrl.cli_errors import exits_on_error, reports_errors
-from robotrl.config import (
-    apply_backend,
-    register_configs,
-    run_config_file,
-    save_run_config,
-    to_train_config,
-    typed_train_config,
-)
+from robotrl.config import apply_backend, register_configs, to_train_config, typed_train_config
+from robotrl.runtime.run_config import run_config_file, save_run_config
 
 log = logging.getLogger(__name__)
 register_configs()

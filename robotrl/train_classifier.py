@@ -27,6 +27,7 @@ from omegaconf import MISSING, DictConfig
 
 from robotrl.cli_errors import reports_errors
 from robotrl.config import strict_object
+from robotrl.core.durable import write_atomic
 from robotrl.data.dataset import Episode, EpisodeDataset
 from robotrl.hil.reward_classifier import (
     ClassifierArchitecture,
@@ -39,7 +40,6 @@ from robotrl.hil.reward_classifier import (
     split_episodes,
     train_classifier,
 )
-from robotrl.runtime.durable import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.tasks.backend import SimBackend
 from robotrl.tasks.configs import BACKENDS, ArmTaskConfig
 from robotrl.tasks.controllers import ArmController
 from robotrl.tasks.rotations import quat_to_matrix
 
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs, StepResult, check_action
+from robotrl.core.env import Obs, StepResult, check_action
+from robotrl.core.robot_spec import load_robot_spec
+from robotrl.core.spec import TensorSpec
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 REST_TOLERANCE = 0.015  # m: an object's centre this close to its resting height is on the table

@@ -12,9 +12,10 @@ controller more (the safety shield's velocity limits bound it there).
 from __future__ import annotations
 
 import torch
-from robotrl.hardware.robot_spec import RobotSpec
 from robotrl.tasks.backend import SimBackend
 from robotrl.tasks.rotations import quat_to_matrix, rotation_error
+
+from robotrl.core.robot_spec import RobotSpec
 
 CONTROLS = ("ee_delta", "joint_delta", "joint_position")
 

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from robotrl.tasks.configs import GymTaskConfig
 
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs, StepResult, check_action
-from robotrl.runtime.memory import GB, available_ram, resident_bytes
+from robotrl.core.env import Obs, StepResult, check_action
+from robotrl.core.memory import GB, available_ram, resident_bytes
+from robotrl.core.spec import TensorSpec
 
 # Headless rendering: EGL needs no display and no extra packages on these machines.
 os.environ.setdefault("MUJOCO_GL", "egl")

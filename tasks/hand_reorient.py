@@ -1,6 +1,6 @@
 """hand_reorient: turn a cube lying on the palm of a four-finger hand to a goal orientation.
 
-The hand (tasks/assets/hand4.xml, spec hardware/robots/hand4.yaml) sits palm up on a fixed wrist. Action:
+The hand (tasks/assets/hand4.xml, spec robotrl/core/robots/hand4.yaml) sits palm up on a fixed wrist. Action:
 16 joint deltas (`task.control=joint_delta`, the default) or absolute joint positions (`joint_position`).
 Goals turn the cube by 45 to 180 degrees from its start, about the vertical (`task.goal_rotation=z`) or
 about a random axis (`any`). Success: within `rotation_threshold` radians of the goal. Dropping the cube
@@ -15,8 +15,8 @@ import torch
 from robotrl.tasks.arm_task import ArmTask
 from robotrl.tasks.rotations import quat_angle, quat_conjugate, quat_from_axis_angle, quat_multiply
 
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs
+from robotrl.core.env import Obs
+from robotrl.core.spec import TensorSpec
 
 GOAL_ROTATIONS = ("z", "any")
 FINGERTIPS = ("index_fingertip", "middle_fingertip", "ring_fingertip", "thumb_fingertip")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from robotrl.runtime.memory import available_bytes
+from robotrl.core.memory import available_bytes
 
 MB = 1 << 20
 GB = 1 << 30

@@ -11,8 +11,8 @@ import torch
 from robotrl.tasks.arm_task import ArmTask
 from robotrl.tasks.rotations import quat_to_matrix
 
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs
+from robotrl.core.env import Obs
+from robotrl.core.spec import TensorSpec
 
 HOLE_XY_LOW = torch.tensor([0.42, -0.15])
 HOLE_XY_HIGH = torch.tensor([0.60, 0.15])

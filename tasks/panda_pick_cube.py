@@ -11,8 +11,8 @@ import math
 import torch
 from robotrl.tasks.arm_task import REST_TOLERANCE, ArmTask
 
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs
+from robotrl.core.env import Obs
+from robotrl.core.spec import TensorSpec
 
 CUBE_HALF = 0.02
 CUBE_XY_LOW = torch.tensor([0.40, -0.15])

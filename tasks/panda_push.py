@@ -11,9 +11,9 @@ import math
 import torch
 from robotrl.tasks.arm_task import REST_TOLERANCE, ArmTask
 
+from robotrl.core.env import Obs
+from robotrl.core.spec import TensorSpec
 from robotrl.data.hindsight import GoalSpec
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs
 
 PUCK_HALF_HEIGHT = 0.02
 PUCK_RADIUS = 0.025

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from robotrl.tasks.arm_task import ArmTask
 
+from robotrl.core.env import Obs
+from robotrl.core.spec import TensorSpec
 from robotrl.data.hindsight import GoalSpec
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.env import Obs
 
 TARGET_LOW = torch.tensor([0.30, -0.25, 0.10])
 TARGET_HIGH = torch.tensor([0.60, 0.25, 0.45])

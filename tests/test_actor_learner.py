@@ -20,8 +20,8 @@ from robotrl.tasks.configs import GymTaskConfig
 from safetensors.torch import save
 
 from robotrl.actor import ActorConfig, ActorHILConfig, to_actor_config
+from robotrl.core.spec import TensorSpec
 from robotrl.data.dataset import Episode, EpisodeDataset
-from robotrl.data.spec import TensorSpec
 from robotrl.learner import Learner, to_learner_config
 from robotrl.runtime.loop import make_training_env
 from robotrl.runtime.metrics import read_metrics
@@ -556,9 +556,10 @@ def test_an_actor_stops_once_its_learner_has_its_total_steps_and_the_learner_exi
     learner has received them (its further steps would be stored, never trained on), and the learner exits by
     itself once it made their updates. robotrl-eval (and deployment, through the same loader) takes the learner's
     run directory as it takes robotrl-train's."""
-    from robotrl.config import EvalConfig, load_run_config
+    from robotrl.config import EvalConfig
     from robotrl.eval import run as run_eval
-    from robotrl.learner import LearnerConfig
+    from robotrl.runtime.learner_config import LearnerConfig
+    from robotrl.runtime.run_config import load_run_config
 
     learner = LearnerProcess(tmp_path / "learner", free_port(), "total_steps=300")
     try:
@@ -609,7 +610,7 @@ def test_an_actor_whose_stream_cannot_fit_is_refused_by_name_and_the_learner_ser
     frames still to come, would need 120%: it is refused by name before anything is allocated, and the learner
     serves on (the first actor reconnects). Without the check both streams were allocated and filled until the
     kernel's OOM killer ended the learner."""
-    from robotrl.runtime.memory import available_ram
+    from robotrl.core.memory import available_ram
 
     image = 64
     capacity = int(0.6 * available_ram() / (3 * image * image))

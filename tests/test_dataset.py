@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from robotrl.core import durable
+from robotrl.core.env import StepResult
+from robotrl.core.spec import TensorSpec
 from robotrl.data.dataset import DatasetError, Episode, EpisodeDataset, EpisodeRecorder
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime import durable
-from robotrl.runtime.env import StepResult
 
 SPEC = {"state": TensorSpec((4,)), "pixels_front": TensorSpec((3, 8, 6), torch.uint8)}
 ACTION_DIM = 2

@@ -22,7 +22,6 @@ pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl
 
 from robotrl.hardware.deploy import BagRecorder, DeployConfig, make_robot_env, run, task_facts
 from robotrl.hardware.robot_env import RobotEnvConfig
-from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.msgs import Bool
 from robotrl.hardware.ros2.qos import DEFAULT, LATCHED
@@ -30,6 +29,7 @@ from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
 
 from robotrl.agents import make_agent
 from robotrl.config import register_configs, to_train_config
+from robotrl.core.robot_spec import load_robot_spec
 from robotrl.runtime.checkpoint import save_checkpoint
 from robotrl.runtime.loop import make_training_env
 

@@ -9,9 +9,9 @@ from robotrl.tasks import make_env
 from robotrl.tasks.configs import ArmTaskConfig
 
 from robotrl.agents import DrQv2, DrQv2Config
+from robotrl.core.spec import TensorSpec
 from robotrl.data.frame_replay import FrameReplay
 from robotrl.data.replay import ReplayBuffer
-from robotrl.data.spec import TensorSpec
 from robotrl.nn.augment import crop_each, crop_gathered, random_shift
 from robotrl.runtime.frame_stack import FrameStack
 

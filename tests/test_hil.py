@@ -13,17 +13,17 @@ from helpers import REPO, run_module
 from robotrl.tasks import TASK_CONFIGS, make_env
 
 from robotrl.agents.sac import SAC, SACConfig
+from robotrl.core.env import StepResult
+from robotrl.core.spec import TensorSpec
 from robotrl.data.dataset import EpisodeDataset
 from robotrl.data.frame_replay import FrameReplay
 from robotrl.data.mixer import MixedReplay, RatioSchedule, add_episode, stack_frames
 from robotrl.data.replay import Batch, ReplayBuffer
-from robotrl.data.spec import TensorSpec
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv, TeleopOperator
 from robotrl.hil.scripted_operator import ScriptedOperator, ScriptedOperatorConfig, expert_of
 from robotrl.hil.setup import load_demos, wrap_for_hil
 from robotrl.hil.teleop import TeleopCommand, TeleopDevice
-from robotrl.runtime.env import StepResult
 
 SPEC = {"x": TensorSpec((3,))}
 

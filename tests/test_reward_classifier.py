@@ -10,8 +10,9 @@ import pytest
 import torch
 from helpers import run_with_file_size_limit
 
+from robotrl.core.env import StepResult
+from robotrl.core.spec import TensorSpec
 from robotrl.data.dataset import Episode, EpisodeDataset
-from robotrl.data.spec import TensorSpec
 from robotrl.hil.classifier_reward import ClassifierReward
 from robotrl.hil.reward_classifier import (
     ClassifierArchitecture,
@@ -23,7 +24,6 @@ from robotrl.hil.reward_classifier import (
     split_episodes,
     train_classifier,
 )
-from robotrl.runtime.env import StepResult
 
 SIZE = 32
 TINY = {"channels": 8, "layers": 3, "stride": 2, "feature_dim": 16, "hidden": (32,)}

@@ -167,7 +167,7 @@ def test_an_actors_reset_keeps_waiting_for_the_scene_until_the_actor_stops(caplo
     for again (deployment ends its session instead); the actor's stop ends the wait with EnvCancelled."""
     from robotrl.hardware.robot_env import SceneResetError
 
-    from robotrl.runtime.env import EnvCancelled
+    from robotrl.core.env import EnvCancelled
 
     push = ArmTaskConfig(name="panda_push")
     with TwinThread(219, model=str(ASSETS / "panda_push.xml"), objects=["puck"]) as twin:

@@ -28,12 +28,12 @@ from robotrl.hardware.robot_env import (
     RobotEnvConfig,
     StaleObservationError,
 )
-from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import DEFAULT, LATCHED, make_bridge
 from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, PoseStamped
 from robotrl.hardware.ros2.tensors import pose_msg, time_msg
 from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
 
+from robotrl.core.robot_spec import load_robot_spec
 from robotrl.safety import EStopLatchedError
 
 RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
@@ -709,7 +709,7 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
     from robotrl.tasks.configs import ArmTaskConfig
     from robotrl.tasks.panda_push import GOAL_XY_HIGH, GOAL_XY_LOW
 
-    from robotrl.runtime.env import EnvCancelled
+    from robotrl.core.env import EnvCancelled
     from robotrl.safety import EStopLatchedError
 
     facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=ArmTaskConfig(name="panda_push"), agent=None))

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from robotrl.hardware.robot_spec import ROBOTS_DIR, load_robot_spec, read_robot_spec
 from robotrl.tasks.arm_task import ASSETS
 
+from robotrl.core.robot_spec import ROBOTS_DIR, load_robot_spec, read_robot_spec
 from robotrl.safety import (
     CORRECTION_KINDS,
     KinematicChain,

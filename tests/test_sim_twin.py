@@ -20,7 +20,6 @@ import pytest
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
 from helpers import wait_until
-from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.msgs import (
     Duration,
@@ -32,6 +31,8 @@ from robotrl.hardware.ros2.msgs import (
 )
 from robotrl.hardware.ros2.tensors import time_msg, time_seconds
 from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+
+from robotrl.core.robot_spec import load_robot_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = load_robot_spec("panda")

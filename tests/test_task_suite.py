@@ -7,11 +7,12 @@ import gymnasium as gym
 import mujoco
 import pytest
 import torch
-from robotrl.hardware.robot_spec import load_robot_spec
 from robotrl.tasks import ARM_TASKS, SIM_TASKS, TASK_CONFIGS, make_task
 from robotrl.tasks.arm_task import ASSETS, TaskVecEnv
 from robotrl.tasks.gym_api import GYM_IDS
 from robotrl.tasks.rotations import quat_angle
+
+from robotrl.core.robot_spec import load_robot_spec
 
 ARM_TASK_NAMES = sorted(ARM_TASKS)
 SIM_TASK_NAMES = sorted(SIM_TASKS)

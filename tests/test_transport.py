@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save
 
+from robotrl.core.spec import TensorSpec
 from robotrl.data.mixer import RatioSchedule
-from robotrl.data.spec import TensorSpec
 from robotrl.runtime.transport.client import LearnerClient, request
 from robotrl.runtime.transport.config import ConnectConfig, ServeConfig
 from robotrl.runtime.transport.ledger import MAX_SEQ_AHEAD, Arrival, Ledger

@@ -11,7 +11,7 @@ from robotrl.agents.bc import BC, BCConfig
 from robotrl.agents.chunk import ChunkConfig, ChunkCritic
 from robotrl.agents.drqv2 import DrQv2, DrQv2Config
 from robotrl.agents.sac import SAC, SACConfig
-from robotrl.data.spec import ObsSpec
+from robotrl.core.spec import ObsSpec
 
 AGENTS: dict[str, tuple[type, type[Agent]]] = {
     "sac": (SACConfig, SAC),

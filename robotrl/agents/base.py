@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
+from robotrl.core.spec import ObsSpec
 from robotrl.data.replay import Batch
-from robotrl.data.spec import ObsSpec
 
 
 class Agent(nn.Module, ABC):

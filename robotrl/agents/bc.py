@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 
 from robotrl.agents.base import Agent, behaviour_cloning_loss, check_finite, check_layer_widths, make_adam
+from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
-from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import StateEncoder, mlp
 from robotrl.nn.augment import shift_images
 from robotrl.nn.encoders import ImageStateEncoder

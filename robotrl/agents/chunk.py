@@ -32,8 +32,8 @@ import torch
 
 from robotrl.agents.base import masked_mean
 from robotrl.agents.sac import SAC, SACConfig, TanhGaussianActor
+from robotrl.core.spec import ObsSpec, check_obs
 from robotrl.data.replay import Batch, SequenceBatch
-from robotrl.data.spec import ObsSpec, check_obs
 from robotrl.nn import TanhNormal
 from robotrl.nn.chunk_execution import EXECUTIONS, ChunkExecution
 from robotrl.nn.distributions import TimeCorrelatedTanhNormal

@@ -28,8 +28,8 @@ from robotrl.agents.base import (
     make_adam,
     mixed_precision,
 )
+from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
-from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn.augment import shift_images
 from robotrl.nn.encoders import ImageTrunk, PixelEncoder
 from robotrl.nn.mlp import EnsembleMLP, mlp

@@ -23,8 +23,8 @@ from robotrl.agents.base import (
     masked_mean,
     mixed_precision,
 )
+from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
-from robotrl.data.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
 from robotrl.nn.augment import shift_images
 from robotrl.nn.encoders import ImageStateEncoder

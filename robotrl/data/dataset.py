@@ -21,10 +21,10 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from robotrl.data.spec import TensorSpec
-from robotrl.runtime.checksum import SHA256_HEX, mismatch_problem, sha256_of_bytes
-from robotrl.runtime.durable import write_atomic
-from robotrl.runtime.env import ACTION_TOLERANCE, StepResult
+from robotrl.core.checksum import SHA256_HEX, mismatch_problem, sha256_of_bytes
+from robotrl.core.durable import write_atomic
+from robotrl.core.env import ACTION_TOLERANCE, StepResult
+from robotrl.core.spec import TensorSpec
 
 FORMAT_NAME = "robotrl.episode_dataset"
 FORMAT_VERSION = 1

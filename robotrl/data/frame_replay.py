@@ -21,9 +21,9 @@ from collections.abc import Mapping
 
 import torch
 
+from robotrl.core.memory import tensor_bytes
+from robotrl.core.spec import ObsSpec, TensorSpec, check_obs, pixel_keys
 from robotrl.data.replay import ReplayBuffer
-from robotrl.data.spec import ObsSpec, TensorSpec, check_obs, pixel_keys
-from robotrl.runtime.memory import tensor_bytes
 
 Obs = dict[str, torch.Tensor]
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from robotrl.core.spec import TensorSpec
 from robotrl.data.dataset import (
     INDEX_FILE,
     DatasetError,
@@ -36,7 +37,6 @@ from robotrl.data.dataset import (
     obs_spec_from_json,
     obs_spec_to_json,
 )
-from robotrl.data.spec import TensorSpec
 
 if TYPE_CHECKING:
     import minari

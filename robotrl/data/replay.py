@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from robotrl.core.memory import tensor_bytes
+from robotrl.core.spec import ObsSpec, TensorSpec, check_obs
 from robotrl.data.hindsight import Hindsight
-from robotrl.data.spec import ObsSpec, TensorSpec, check_obs
-from robotrl.runtime.memory import tensor_bytes
 
 Obs = dict[str, torch.Tensor]
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from robotrl.core.env import EnvCancelled, Obs, StepResult, VecEnv
 from robotrl.hil.reward_classifier import RewardClassifier
-from robotrl.runtime.env import EnvCancelled, Obs, StepResult, VecEnv
 
 
 class ClassifierReward:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from robotrl.core.env import EnvCancelled, Obs, StepResult
 from robotrl.hil.teleop import TeleopCommand, TeleopDevice, command_to_action
-from robotrl.runtime.env import EnvCancelled, Obs, StepResult
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 from torch import nn
 
-from robotrl.data.spec import TensorSpec
+from robotrl.core.checksum import mismatch_problem, sha256_of_bytes
+from robotrl.core.durable import write_atomic
+from robotrl.core.spec import TensorSpec
 from robotrl.nn.augment import random_shift
 from robotrl.nn.encoders import ImageStateEncoder
 from robotrl.nn.mlp import MLP
-from robotrl.runtime.checksum import mismatch_problem, sha256_of_bytes
-from robotrl.runtime.durable import write_atomic
 
 log = logging.getLogger(__name__)
 

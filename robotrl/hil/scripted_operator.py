@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from robotrl.core.env import Obs, StepResult
 from robotrl.hil.intervention import Operator
-from robotrl.runtime.env import Obs, StepResult
 
 
 @dataclass

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from robotrl.core.spec import pixel_keys
 from robotrl.data.mixer import add_episode
 from robotrl.data.replay import ReplayBuffer
-from robotrl.data.spec import pixel_keys
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv, TeleopOperator
 from robotrl.hil.scripted_operator import ScriptedOperator, expert_of, world_to_action_of

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from robotrl.data.spec import ObsSpec, pixel_keys
+from robotrl.core.spec import ObsSpec, pixel_keys
 from robotrl.nn.normalizer import RunningNormalizer
 
 

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import save_file
 
 from robotrl.agents.base import Agent
+from robotrl.core.durable import fsync_dir, write_atomic
 from robotrl.data.replay import ReplayBuffer
 from robotrl.runtime.checkpoint_files import (
     CheckpointError,
@@ -29,7 +30,6 @@ from robotrl.runtime.checkpoint_files import (
     write_json,
     write_manifest,
 )
-from robotrl.runtime.durable import fsync_dir, write_atomic
 
 __all__ = ["CheckpointError", "kept_checkpoint_note", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 

@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from robotrl.runtime.checksum import SHA256_HEX, mismatch_problem, sha256_of_file
+from robotrl.core.checksum import SHA256_HEX, mismatch_problem, sha256_of_file
 
 log = logging.getLogger("robotrl.runtime.checkpoint")
 

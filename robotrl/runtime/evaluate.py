@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from robotrl.agents.base import Agent
-from robotrl.runtime.env import VecEnv
+from robotrl.core.env import VecEnv
 from robotrl.runtime.smoothness import ActionSmoothness
 
 log = logging.getLogger(__name__)

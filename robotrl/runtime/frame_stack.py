@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from robotrl.data.spec import TensorSpec, pixel_keys
-from robotrl.runtime.env import Obs, StepResult, VecEnv
+from robotrl.core.env import Obs, StepResult, VecEnv
+from robotrl.core.spec import TensorSpec, pixel_keys
 
 
 class FrameStack:

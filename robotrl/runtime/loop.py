@@ -16,20 +16,20 @@ import torch
 
 from robotrl.agents import make_agent
 from robotrl.config import TrainConfig
+from robotrl.core.durable import write_atomic
+from robotrl.core.memory import check_fits
+from robotrl.core.spec import pixel_keys
 from robotrl.data.frame_replay import replay_buffer_for
 from robotrl.data.hindsight import Hindsight
 from robotrl.data.mixer import MixedReplay, RatioSchedule, sample_offline
 from robotrl.data.replay import ReplayBuffer
-from robotrl.data.spec import pixel_keys
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import find_task
 from robotrl.hil.setup import ends_at_success, env_task, load_demos, wrap_for_hil
 from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.checkpoint import kept_checkpoint_note, latest_checkpoint, load_checkpoint, save_checkpoint
-from robotrl.runtime.durable import write_atomic
 from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.frame_stack import FrameStack
-from robotrl.runtime.memory import check_fits
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress

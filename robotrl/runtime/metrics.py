@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from robotrl.runtime.durable import write_atomic
+from robotrl.core.durable import write_atomic
 
 
 class NonFiniteError(FloatingPointError):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from robotrl.hardware.robot_spec import RobotSpec
+from robotrl.core.robot_spec import RobotSpec
 from robotrl.safety.config import ShieldConfig, ShieldConfigError
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from robotrl.hardware.robot_spec import RobotSpec
+from robotrl.core.robot_spec import RobotSpec
 from robotrl.safety.config import ShieldConfig, ShieldConfigError
 from robotrl.safety.corrections import CorrectionCounter, logger
 from robotrl.safety.kinematics import KinematicChain

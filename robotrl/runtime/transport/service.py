@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 import torch
 
-from robotrl.data.spec import ObsSpec
+from robotrl.core.spec import ObsSpec
 from robotrl.runtime.transport.ledger import Arrival, Delivery, Ledger
 from robotrl.runtime.transport.protocol import (
     HEARTBEAT,

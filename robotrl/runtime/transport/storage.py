@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import torch
 
+from robotrl.core.spec import ObsSpec, check_obs
 from robotrl.data import mixer
 from robotrl.data.frame_replay import FrameReplay, replay_buffer_for
 from robotrl.data.hindsight import Hindsight
 from robotrl.data.mixer import InterventionSegments, RatioSchedule
 from robotrl.data.replay import Batch, ReplayBuffer
-from robotrl.data.spec import ObsSpec, check_obs
 
 Tensors = dict[str, torch.Tensor]
 STREAM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from robotrl.runtime.durable import fsync_dir
+from robotrl.core.durable import fsync_dir
 from robotrl.runtime.transport.config import ON_CORRUPTION
 
 log = logging.getLogger(__name__)

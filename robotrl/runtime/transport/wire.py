@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load as _load_tensors
 from safetensors.torch import save as _save_tensors
 
-from robotrl.data.spec import ObsSpec, TensorSpec
+from robotrl.core.spec import ObsSpec, TensorSpec
 
 Tensors = dict[str, torch.Tensor]
 

@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from robotrl.data.spec import ObsSpec
+from robotrl.core.spec import ObsSpec
 
 Obs = dict[str, torch.Tensor]
 

@@ -1,0 +1,44 @@
+"""A run directory's config.yaml: written atomically when a run starts, read back by resume, evaluation and
+deployment as the typed config of whichever program wrote it (robotrl-train's or robotrl-learner's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from robotrl.config import to_train_config
+from robotrl.core.durable import write_atomic
+from robotrl.runtime.learner_config import to_learner_config
+
+
+def save_run_config(cfg: DictConfig, run_dir: Path) -> None:
+    """Write `run_dir/config.yaml`, resolved, atomically: it is rewritten on resume, and a half-written one would
+    leave a run that can be neither resumed, evaluated nor deployed."""
+    write_atomic(Path(run_dir) / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode("utf-8"))
+
+
+def run_config_file(run: str | Path, key: str = "run") -> Path:
+    """The config.yaml run directory `run` saved; FileNotFoundError naming `key=run` and what is missing."""
+    path = Path(run) / "config.yaml"
+    if not path.is_file():
+        missing = path if Path(run).exists() else Path(run)
+        raise FileNotFoundError(f"{key}={str(run)!r}: {missing} does not exist (not a robotrl run directory?)")
+    return path
+
+
+def load_run_config(run: str | Path, backend: str | None = None) -> Any:
+    """The typed config a run directory saved (its config.yaml): robotrl-train's TrainConfig, or robotrl-learner's
+    LearnerConfig (the policy of a fine-tuning session). Both carry the `agent` and `task` that evaluation and
+    deployment rebuild the policy from; `backend` replaces the saved simulator."""
+    saved = OmegaConf.load(run_config_file(run))
+    if backend is not None:  # the top-level key wins over the saved task.backend
+        saved.backend = backend
+    if "learner" in saved and "agent" not in saved:  # robotrl-actor's: the learner holds the policy
+        raise ValueError(
+            f"run={str(run)!r} is a robotrl-actor's directory, which holds no policy: give the learner's run directory"
+        )
+    if "server" in saved:  # only robotrl-learner's schema has one
+        return to_learner_config(saved)
+    return to_train_config(saved)
