@@ -20,9 +20,16 @@ train: $(VENV)/.installed
 test: $(VENV)/.installed lint
 	$(BIN)/python -m pytest -q $(ARGS)
 
+# import-linter finds a package's modules under its directory on disk, and robotrl.tasks, .hardware and
+# .sim2real live in tasks/, hardware/ and sim2real/: the layers are checked on a tree of links that puts them
+# where the installed package has them.
+IMPORT_GRAPH := build/import-graph
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	rm -rf $(IMPORT_GRAPH) && mkdir -p $(IMPORT_GRAPH)/robotrl
+	for path in robotrl/* tasks hardware sim2real; do ln -s "$$PWD/$$path" $(IMPORT_GRAPH)/robotrl/; done
+	cd $(IMPORT_GRAPH) && PYTHONPATH=. $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml --no-cache
 
 format: $(VENV)/.installed
 	$(BIN)/ruff format .
