@@ -38,14 +38,17 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from robotrl.agents import AGENT_CONFIGS, make_agent
 from robotrl.cli_errors import reports_errors
 from robotrl.config import apply_backend, register_configs, strict_object
 from robotrl.core.env import EnvCancelled, StepResult, VecEnv
+from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
 from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
+from robotrl.runtime.assembly import EpisodeStats, make_training_env, resolve_device
 from robotrl.runtime.run_config import save_run_config
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
@@ -222,8 +225,6 @@ class TransitionBatcher:
 
 def agent_config_from_json(value: dict[str, Any]):
     """The agent's config dataclass from the learner's JSON, type-checked (unknown keys name themselves)."""
-    from robotrl.agents import AGENT_CONFIGS
-
     name = value.get("name") if isinstance(value, dict) else None
     if name not in AGENT_CONFIGS:
         raise WireError(f"the learner trains agent {name!r}, which this robotrl does not know")
@@ -279,9 +280,6 @@ class Actor:
 
     def _connect(self, stop: threading.Event):
         """Register (waiting for the learner), then build the agent and env the learner's reply describes."""
-        from robotrl.agents import make_agent
-        from robotrl.runtime.loop import make_training_env, resolve_device
-
         cfg = self.cfg
         registration = self._registration()
 
@@ -339,8 +337,6 @@ class Actor:
     def run(self, stop: threading.Event | None = None) -> dict[str, Any]:
         """Act until `total_steps`, until the learner has received its own total_steps, or until `stop` is set;
         returns a summary."""
-        from robotrl.runtime.loop import EpisodeStats
-
         cfg = self.cfg
         stop = stop or threading.Event()
         if cfg.threads:
@@ -478,8 +474,6 @@ def to_actor_config(cfg: DictConfig) -> ActorConfig:
     apply_backend(cfg)
     hardware = None
     if cfg.get("hardware") is not None:
-        from robotrl.hardware.robot_env import RobotEnvConfig
-
         hardware = RobotEnvConfig()
     obj = strict_object(ActorConfig(task=TASK_CONFIGS[task_name](), hardware=hardware), cfg)
     obj.validate()

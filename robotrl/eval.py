@@ -18,9 +18,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from robotrl.agents import make_agent
 from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import EvalConfig, register_configs, strict_object
 from robotrl.core.durable import write_atomic
+from robotrl.runtime.assembly import make_training_env, resolve_device
+from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.run_config import load_run_config, run_config_file
 
 log = logging.getLogger(__name__)
@@ -28,11 +32,6 @@ register_configs()
 
 
 def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
-    from robotrl.agents import make_agent
-    from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
-    from robotrl.runtime.evaluate import evaluate
-    from robotrl.runtime.loop import make_training_env, resolve_device
-
     cfg.validate()
     run_dir = Path(cfg.run)
     train_cfg = load_run_config(run_dir, cfg.backend)  # robotrl-train's run, or robotrl-learner's

@@ -53,6 +53,9 @@ from robotrl.cli_errors import reports_errors
 from robotrl.config import register_configs
 from robotrl.core.durable import write_atomic
 from robotrl.core.memory import check_fits
+from robotrl.hil.setup import ends_at_success, load_demos
+from robotrl.runtime.allocator import retain_freed_memory
+from robotrl.runtime.assembly import make_hindsight, make_training_env, resolve_device, seed_everything
 from robotrl.runtime.checkpoint import (
     LATEST,
     kept_checkpoint_note,
@@ -62,6 +65,7 @@ from robotrl.runtime.checkpoint import (
 )
 from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.learner_config import LearnerConfig, to_learner_config
+from robotrl.runtime.loop import pretrain_on_demos
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.run_config import save_run_config
 from robotrl.runtime.run_lock import hold_run_dir
@@ -82,9 +86,6 @@ class Learner:
     """The agent, its per-actor storage, the service actors call, and the update loop (see the module doc)."""
 
     def __init__(self, cfg: LearnerConfig, run_dir: Path, token: str | None = None):
-        from robotrl.runtime.allocator import retain_freed_memory
-        from robotrl.runtime.loop import make_hindsight, make_training_env, resolve_device, seed_everything
-
         cfg.validate()
         self.cfg, self.run_dir = cfg, run_dir
         if cfg.threads:
@@ -220,8 +221,6 @@ class Learner:
     def _load_demos(self) -> None:
         """Write the `hil.demos` datasets not in the offline buffer yet into it (all of them at the first start;
         after a restart the checkpoint holds those it had)."""
-        from robotrl.hil.setup import ends_at_success, load_demos
-
         paths = [str(Path(p).resolve()) for p in self.cfg.hil.demos]
         for gone in sorted(set(self.demos_loaded) - set(paths)):
             log.warning("demonstrations %s are no longer in hil.demos but stay in the offline buffer", gone)
@@ -246,8 +245,6 @@ class Learner:
 
     def _pretrain(self) -> None:
         """hil.pretrain_updates updates on the offline buffer alone, then the weights actors start from."""
-        from robotrl.runtime.loop import pretrain_on_demos
-
         agent, updates = self.agent, self.cfg.hil.pretrain_updates
         pretrain_on_demos(agent, self.storage.ensure_offline(), updates, agent.cfg.batch_size, self.update_metrics)
         self.pretrained_updates = agent.num_updates

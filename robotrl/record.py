@@ -28,7 +28,10 @@ from omegaconf import MISSING, DictConfig
 
 from robotrl.cli_errors import reports_errors
 from robotrl.config import register_configs, strict_object
-from robotrl.tasks import TASK_CONFIGS
+from robotrl.data.dataset import EpisodeDataset, EpisodeRecorder
+from robotrl.hil.scripted_operator import expert_of, world_to_action_of
+from robotrl.hil.teleop import command_to_action, make_teleop
+from robotrl.tasks import TASK_CONFIGS, make_env
 
 log = logging.getLogger(__name__)
 TELEOP_KINDS = ("keyboard", "spacemouse", "gamepad", "scripted")
@@ -90,14 +93,9 @@ class Driver:
         self.cfg, self.env = cfg, env
         self.device = None
         if cfg.teleop == "scripted":
-            from robotrl.hil.scripted_operator import expert_of
-
             self.expert = expert_of(env)
             self.generator = torch.Generator().manual_seed(cfg.seed)
         else:
-            from robotrl.hil.scripted_operator import world_to_action_of
-            from robotrl.hil.teleop import make_teleop
-
             self.device = make_teleop(cfg.teleop)
             self.to_action_frame = world_to_action_of(env)  # the device moves in world axes
 
@@ -105,8 +103,6 @@ class Driver:
         """([1, A] action, events of this step)."""
         if self.device is None:
             return self._expert_action(self.cfg.noise), frozenset()
-        from robotrl.hil.teleop import command_to_action
-
         command = self.device.poll()
         if not command.connected:
             raise Stop(f"teleop device {self.cfg.teleop} disconnected")
@@ -142,9 +138,6 @@ class Driver:
 
 
 def record(cfg: RecordConfig, out: Path) -> dict[str, Any]:
-    from robotrl.data.dataset import EpisodeDataset, EpisodeRecorder
-    from robotrl.tasks import make_env
-
     cfg.validate()
     env = make_env(cfg.task, num_envs=1)
     metadata = {"task": cfg.task.name, "source": "scripted" if cfg.teleop == "scripted" else "teleop"}

@@ -18,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import apply_backend, register_configs, to_train_config, typed_train_config
+from robotrl.runtime.loop import train
 from robotrl.runtime.run_config import run_config_file, save_run_config
+from robotrl.runtime.run_lock import hold_run_dir
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -56,9 +58,6 @@ def _unchanged(saved: DictConfig, key: str, value: str) -> bool:
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
-    from robotrl.runtime.loop import train
-    from robotrl.runtime.run_lock import hold_run_dir
-
     if cfg.resume:
         cfg = _resume_config(cfg, list(HydraConfig.get().overrides.task))
         run_dir = Path(cfg.resume)

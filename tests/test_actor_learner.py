@@ -23,7 +23,7 @@ from robotrl.actor import ActorConfig, ActorHILConfig, to_actor_config
 from robotrl.core.spec import TensorSpec
 from robotrl.data.dataset import Episode, EpisodeDataset
 from robotrl.learner import Learner, to_learner_config
-from robotrl.runtime.loop import make_training_env
+from robotrl.runtime.assembly import make_training_env
 from robotrl.runtime.metrics import read_metrics
 from robotrl.runtime.transport.client import request
 from robotrl.runtime.transport.config import ConnectConfig

@@ -9,7 +9,7 @@ from robotrl.tasks.arm_task import TaskVecEnv
 from robotrl.config import TrainConfig
 from robotrl.data import ReplayBuffer, TensorSpec
 from robotrl.data.hindsight import GoalSpec, Hindsight
-from robotrl.runtime.loop import make_hindsight, make_training_env
+from robotrl.runtime.assembly import make_hindsight, make_training_env
 
 SPEC = {"pos": TensorSpec((1,)), "goal": TensorSpec((1,)), "to_goal": TensorSpec((1,))}
 GAMMA = 0.9
@@ -188,7 +188,7 @@ def test_relabelling_is_refused_where_a_reward_could_not_be_recomputed(tmp_path)
 
 
 def test_a_run_relabels_its_online_and_offline_buffers():
-    from robotrl.runtime.loop import make_replay
+    from robotrl.runtime.assembly import make_replay
 
     cfg = _train_config("panda_push", reward="sparse", terminate_on_success=True)
     cfg.hil.demos = ["unused: the replay is only built"]

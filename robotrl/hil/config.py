@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
 
 OPERATORS = ("none", "scripted", "keyboard", "spacemouse", "gamepad")
@@ -50,6 +51,4 @@ class HILConfig:
             if not isinstance(path, str) or not path:
                 raise ValueError(f"hil.demos entries must be dataset directories, got {path!r}")
         self.scripted.validate()
-        from robotrl.data.mixer import RatioSchedule
-
         RatioSchedule(self.offline_ratio, self.offline_ratio_final, self.offline_ratio_steps)  # validates

@@ -7,11 +7,15 @@ import dataclasses
 import logging
 
 from robotrl.core.spec import pixel_keys
+from robotrl.data.dataset import EpisodeDataset
 from robotrl.data.mixer import add_episode
 from robotrl.data.replay import ReplayBuffer
+from robotrl.hil.classifier_reward import ClassifierReward, demo_relabeller
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv, TeleopOperator
+from robotrl.hil.reward_classifier import RewardClassifier
 from robotrl.hil.scripted_operator import ScriptedOperator, expert_of, world_to_action_of
+from robotrl.hil.teleop import make_teleop
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +39,6 @@ def wrap_for_hil(env, hil: HILConfig, terminate_on_success: bool = False):
     """`env` with the learned reward (if configured; it ends episodes at its verdict of success if
     `terminate_on_success`, the task's setting) and the operator's takeover (if any)."""
     if hil.reward_classifier:
-        from robotrl.hil.classifier_reward import ClassifierReward
-        from robotrl.hil.reward_classifier import RewardClassifier
-
         classifier = RewardClassifier.load(hil.reward_classifier)
         env = ClassifierReward(env, classifier, terminate_on_success=terminate_on_success)
     if hil.operator == "none":
@@ -45,8 +46,6 @@ def wrap_for_hil(env, hil: HILConfig, terminate_on_success: bool = False):
     if hil.operator == "scripted":
         operator = ScriptedOperator(expert_of(env), env.num_envs, hil.scripted)
     else:
-        from robotrl.hil.teleop import make_teleop
-
         if env.num_envs != 1:
             raise ValueError(f"hil.operator={hil.operator} drives one env; num_envs is {env.num_envs}")
         control = getattr(env, "control", None)
@@ -84,8 +83,6 @@ def load_demos(
     With `terminate_on_success` (the run's `task.terminate_on_success`) each demonstration ends at its first
     success (the classifier's verdict where one relabels), as a terminal step, as the online episodes do.
     """
-    from robotrl.data.dataset import EpisodeDataset
-
     images = pixel_keys(obs_spec)
     expected_reward = None if reward_classifier else reward  # relabelled demos take the classifier's rewards
     loaded = []
@@ -95,9 +92,6 @@ def load_demos(
         loaded.append((path, dataset, dataset.load_all()))
     relabel = None
     if reward_classifier:
-        from robotrl.hil.classifier_reward import demo_relabeller
-        from robotrl.hil.reward_classifier import RewardClassifier
-
         relabel = demo_relabeller(RewardClassifier.load(reward_classifier))
     written = 0
     for path, dataset, episodes in loaded:
