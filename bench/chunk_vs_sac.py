@@ -37,7 +37,8 @@ Two settings (`setting` in the JSON line):
   a BC term of weight 10, layer-normed critics, two updates per env step). SAC backs up over
   `--sac-n-step` steps (3: its best on pick in hil_pick); the chunk critic over its chunk.
 - `scratch` (`--demos 0`): dense reward and the agents' defaults. On these tasks neither agent reaches
-  80% within 30k steps (session 5); the full comparison needs 100k+ steps and hours on 2 CPU cores.
+  80% within 30k steps (push, 1 seed: bench/results/chunk_vs_sac.jsonl line 1, 2026-11-22); the full
+  comparison needs 100k+ steps and hours on 2 CPU cores.
 What was measured, setting by setting, and why (including the screens no line holds):
 bench/results/chunk_vs_sac.md; the saved lines: bench/results/chunk_vs_sac.jsonl. Pick's steps_ratio is 0.47
 (`--tasks panda_pick_cube --chunk-len 5 --entropy-per-dim -3 --sac-steps 45000`); push's 0.26 (sustained 0.40) with

@@ -182,7 +182,7 @@ def _set_push_state(task, env_id: int, state: tuple) -> None:
 def test_push_expert_acts_on_the_state_alone():
     """Put in env 0's state, env 1 (holding still since its reset) gets env 0's expert action, at every
     step of env 0's episode. An expert that remembers a phase (lowering, or climbing back up to its hover point)
-    shows a policy cloned from it two actions in one state, and the policy stalls there (session 20)."""
+    shows a policy cloned from it two actions in one state, and the policy stalls there (ba43126, 2026-11-26)."""
     env = _env("panda_push", num_envs=2)
     task = env.task
     env.reset(seed=0)

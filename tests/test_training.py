@@ -248,7 +248,7 @@ def test_sac_learns_panda_reach(tmp_path):
     """The default job's claim, shortened: >= 90% success on panda_reach well inside 20k env steps."""
     cfg = to_train_config(
         _compose(
-            "total_steps=8000",  # 1.0 from 7k to 10k in 20 episodes (session 22)
+            "total_steps=8000",  # 1.0 from 7k to 10k in 20 episodes (01cde5b, 2026-11-27)
             "eval_interval=100000",
             "eval_episodes=20",
             "checkpoint_interval=100000",

@@ -93,7 +93,8 @@ class SACConfig:
     # TD3+BC's normalisation (Fujimoto & Gu 2021): the actor's critic term is divided by the batch's mean |Q|
     # (no gradient) and multiplied by q_normalize; 0 leaves it raw. With demos, a critic term of raw size (push:
     # |Q| ~10) outweighs cloning at weight 10: two online updates after hil.pretrain_updates took a cloned
-    # policy from 0.56 to 0% success on push, and with q_normalize=1 it stayed at 0.46-0.66 (session 22).
+    # policy from 0.56 to 0% success on push, and with q_normalize=1 it stayed at 0.46-0.66 (1e9c523, 2026-11-27;
+    # bench/results/chunk_vs_sac.md).
     q_normalize: float = 0.0
     # Standardise state features (pixels' state entries too) with the running mean and std of every batch
     # the learner trains on, offline rows included; kept as encoder buffers, so checkpoints and published
@@ -103,7 +104,7 @@ class SACConfig:
     # * the mean squared change of its deterministic action from obs to next_obs (n_step steps apart), the
     # figure runtime/smoothness.py logs as action_sq_diff. Exploration noise smooths only the noise; this term
     # smooths the policy itself, at a price in return where the task rewards fast switching (HalfCheetah's
-    # gaits: docs/architecture.md gives the figures).
+    # gaits: bench/results/gsde_smoothness.md gives the figures).
     smoothness_weight: float = 0.0
 
     def validate(self) -> None:
