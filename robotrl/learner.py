@@ -107,7 +107,7 @@ class Learner:
         env.close()
         self.agent = make_agent(cfg.agent, obs_spec, action_dim, self.device)
         self.obs_spec, self.action_dim, self.frame_stack = obs_spec, action_dim, frame_stack
-        buffer_args = (frame_stack, self.agent.replay_n_step, cfg.agent.gamma, self.device)
+        buffer_args = (frame_stack, cfg.agent.replay_n_step, cfg.agent.replay_gamma, self.device)
         make_buffer = replay_factory(obs_spec, action_dim, cfg.replay_capacity, *buffer_args, hindsight)
         make_offline = replay_factory(obs_spec, action_dim, cfg.hil.offline_capacity, *buffer_args, hindsight)
         meta = (*buffer_args[:-1], torch.device("meta"))  # buffers sized on the meta device allocate nothing
@@ -264,7 +264,7 @@ class Learner:
         cfg = self.cfg
         if env_steps <= cfg.learning_starts:
             return self.pretrained_updates
-        every = getattr(cfg.agent, "update_every", 1)
+        every = cfg.agent.update_every
         return self.pretrained_updates + cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
 
     def _trainable(self, received: int) -> int:
@@ -285,7 +285,7 @@ class Learner:
         """The env steps whose share of the `due` updates is not made yet (updates_due's step, inverted)."""
         agent_cfg = self.cfg.agent
         behind = max(0, due - self.agent.num_updates)
-        return math.ceil(behind / agent_cfg.utd_ratio) * getattr(agent_cfg, "update_every", 1)
+        return math.ceil(behind / agent_cfg.utd_ratio) * agent_cfg.update_every
 
     def run(self, stop: threading.Event) -> dict[str, Any]:
         """Serve and train until `stop` is set or `total_steps` env steps have arrived and the updates due for

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import apply_backend, register_configs, to_train_config, typed_train_config
 from robotrl.runtime.loop import train
-from robotrl.runtime.run_config import run_config_file, save_run_config
+from robotrl.runtime.run_config import read_run_config, run_config_file, save_run_config
 from robotrl.runtime.run_lock import hold_run_dir
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ _FIXED_ON_RESUME = ("agent", "task", "seed", "num_envs", "replay_capacity", "bac
 def _resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The saved config of the run to resume, with this command line's scalar overrides applied."""
     run_dir = Path(cfg.resume)
-    saved = typed_train_config(OmegaConf.load(run_config_file(cfg.resume, key="resume")))
+    saved = typed_train_config(read_run_config(cfg.resume, key="resume"))
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == "resume":

@@ -9,6 +9,7 @@ from helpers import TINY, run_module
 from torch import nn
 
 from robotrl.agents import ChunkConfig, ChunkCritic, make_agent
+from robotrl.agents.config import EncoderConfig
 from robotrl.data import Batch, ReplayBuffer, TensorSpec
 from robotrl.data.replay import SequenceBatch
 from robotrl.nn import TanhNormal
@@ -615,7 +616,9 @@ def test_pixel_chunk_critic_learns_its_encoder_through_the_critic_from_frame_seq
     from robotrl.data.frame_replay import FrameReplay
 
     spec = {"pixels_front": TensorSpec((9, 64, 64), torch.uint8), "arm_qpos": TensorSpec((7,))}
-    cfg = ChunkConfig(chunk_len=3, conv_layers=2, actor_hidden=[32], critic_hidden=[32], batch_size=8)
+    cfg = ChunkConfig(
+        chunk_len=3, actor_hidden=[32], critic_hidden=[32], batch_size=8, encoder=EncoderConfig(conv_layers=2)
+    )
     agent = ChunkCritic(cfg, spec, 4)
     obs = {"pixels_front": torch.randint(0, 256, (2, 9, 64, 64), dtype=torch.uint8), "arm_qpos": torch.randn(2, 7)}
     agent.reset_exploration(2)
@@ -637,7 +640,7 @@ def test_pixel_chunk_critic_learns_its_encoder_through_the_critic_from_frame_seq
         "task=panda_reach",
         "task.obs=pixels",
         "task.image_size=64",
-        "agent.conv_layers=2",
+        "agent.encoder.conv_layers=2",
         "agent.actor_hidden=[32]",
         "agent.critic_hidden=[32]",
         "agent.batch_size=16",

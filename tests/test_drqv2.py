@@ -9,6 +9,7 @@ from robotrl.tasks import make_env
 from robotrl.tasks.configs import ArmTaskConfig
 
 from robotrl.agents import DrQv2, DrQv2Config
+from robotrl.agents.config import EncoderConfig
 from robotrl.core.spec import TensorSpec
 from robotrl.data.frame_replay import FrameReplay
 from robotrl.data.replay import ReplayBuffer
@@ -156,9 +157,9 @@ def test_frame_replay_stores_each_frame_once_and_survives_a_checkpoint():
 
 
 def test_frame_replay_rejects_settings_that_do_not_fit():
-    with pytest.raises(ValueError, match=r"agent\.frame_stack=3 .* does not fit a replay of 4 steps per env"):
+    with pytest.raises(ValueError, match=r"agent\.encoder\.frame_stack=3 .* does not fit a replay of 4 steps per env"):
         FrameReplay(SPEC, 2, 8, num_envs=2, frame_stack=3)
-    with pytest.raises(ValueError, match=r"not a stack of agent\.frame_stack=2"):
+    with pytest.raises(ValueError, match=r"not a stack of agent\.encoder\.frame_stack=2"):
         FrameReplay(SPEC, 2, 100, frame_stack=2)
     with pytest.raises(ValueError, match="needs uint8"):
         FrameReplay({"state": TensorSpec((3,))}, 2, 100)
@@ -188,7 +189,14 @@ def _pixel_spec(size=64):
 
 def test_drqv2_acts_explores_on_its_schedule_and_updates():
     torch.manual_seed(0)
-    cfg = DrQv2Config(conv_layers=2, hidden=[32], batch_size=8, std_decay_steps=100, std_init=1.0, std_final=0.1)
+    cfg = DrQv2Config(
+        hidden=[32],
+        batch_size=8,
+        std_decay_steps=100,
+        std_init=1.0,
+        std_final=0.1,
+        encoder=EncoderConfig(conv_layers=2),
+    )
     agent = DrQv2(cfg, _pixel_spec(), 3)
     obs = {
         "pixels_front": torch.randint(0, 256, (2, 3 * K, 64, 64), dtype=torch.uint8),
@@ -216,8 +224,8 @@ def test_drqv2_acts_explores_on_its_schedule_and_updates():
 def test_drqv2_refuses_state_only_tasks_and_bad_settings():
     with pytest.raises(ValueError, match=r"agent=drqv2 learns from pixels.*task\.obs=pixels"):
         DrQv2(DrQv2Config(), {"arm_qpos": TensorSpec((7,))}, 3)
-    with pytest.raises(ValueError, match=r"agent\.frame_stack must be >= 1, got 0"):
-        DrQv2(DrQv2Config(frame_stack=0), _pixel_spec(), 3)
+    with pytest.raises(ValueError, match=r"agent\.encoder\.frame_stack must be >= 1, got 0"):
+        DrQv2(DrQv2Config(encoder=EncoderConfig(frame_stack=0)), _pixel_spec(), 3)
     with pytest.raises(ValueError, match=r"agent\.std_decay_steps"):
         DrQv2Config(std_decay_steps=0).validate()
 
@@ -251,7 +259,9 @@ def test_drqv2_trains_from_pixels_through_the_cli(tmp_path):
 def test_the_actor_loss_passes_gradient_through_the_action_clamp():
     """DrQ-v2's TruncatedNormal is straight-through: a noisy action beyond +-1 still moves the actor's mean."""
     agent = DrQv2(
-        DrQv2Config(conv_layers=2, conv_stride=2, hidden=[16]), {"pixels": TensorSpec((9, 64, 64), torch.uint8)}, 2
+        DrQv2Config(hidden=[16], encoder=EncoderConfig(conv_layers=2, conv_stride=2)),
+        {"pixels": TensorSpec((9, 64, 64), torch.uint8)},
+        2,
     )
     mean = torch.full((4096, 2), 0.95, requires_grad=True)
     action = agent._perturb(mean, torch.tensor(1.0), straight_through=True)

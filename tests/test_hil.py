@@ -12,6 +12,7 @@ import torch
 from helpers import REPO, run_module
 from robotrl.tasks import TASK_CONFIGS, make_env
 
+from robotrl.agents.config import EncoderConfig
 from robotrl.agents.sac import SAC, SACConfig
 from robotrl.core.env import StepResult
 from robotrl.core.spec import TensorSpec
@@ -550,7 +551,11 @@ def test_chunk_critic_and_drqv2_learn_from_mixed_batches_with_behaviour_cloning(
     assert torch.isfinite(chunk.update(batch)["bc_loss"])
 
     pixels = {"pixels": TensorSpec((9, 64, 64), torch.uint8)}
-    drq = DrQv2(DrQv2Config(conv_layers=2, conv_stride=2, hidden=[16], batch_size=8, bc_weight=1.0), pixels, 2)
+    drq = DrQv2(
+        DrQv2Config(hidden=[16], batch_size=8, bc_weight=1.0, encoder=EncoderConfig(conv_layers=2, conv_stride=2)),
+        pixels,
+        2,
+    )
     batch = _mixed(pixels, 2, n_step=3, pixels=True).sample(8)
     assert int(batch.demo.sum()) == 4 and batch.obs["pixels"].shape == (8, 9, 64, 64)
     assert torch.isfinite(drq.update(batch)["bc_loss"])

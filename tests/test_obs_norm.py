@@ -9,6 +9,7 @@ from helpers import TINY, run_module
 from safetensors.torch import load_file
 
 from robotrl.agents import BC, SAC, BCConfig, ChunkConfig, ChunkCritic, DrQv2, DrQv2Config, SACConfig
+from robotrl.agents.config import EncoderConfig
 from robotrl.data import Batch, TensorSpec
 from robotrl.data.replay import SequenceBatch
 from robotrl.nn import RunningNormalizer, StateEncoder
@@ -133,7 +134,9 @@ def test_chunk_critic_and_bc_fold_their_batches_in(make):
 
 def test_drqv2_normalises_the_state_entries_beside_its_pixels():
     spec = {"pixels": TensorSpec((9, 32, 32), torch.uint8), "ee": TensorSpec((3,))}
-    cfg = DrQv2Config(hidden=[16], conv_channels=4, conv_layers=2, feature_dim=8, obs_norm=True, batch_size=8)
+    cfg = DrQv2Config(
+        hidden=[16], obs_norm=True, batch_size=8, encoder=EncoderConfig(conv_channels=4, conv_layers=2, feature_dim=8)
+    )
     agent = DrQv2(cfg, spec, 2)
 
     def obs(n):

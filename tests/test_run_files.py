@@ -97,3 +97,28 @@ def test_a_config_rewrite_cut_short_on_resume_keeps_the_old_config(run_dir):
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert config.read_bytes() == before, proc.stderr[-3000:]
     assert not list(run_dir.glob(".config.yaml*")), "a temporary file was left"
+
+
+def test_a_run_saved_with_flat_encoder_settings_loads_them_nested(tmp_path, caplog):
+    """Runs saved before the pixel encoder's settings moved under agent.encoder still evaluate and deploy."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from robotrl.config import register_configs
+    from robotrl.runtime.run_config import load_run_config, save_run_config
+
+    caplog.set_level("INFO")
+    register_configs()
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose("config", ["agent=drqv2_light", "task=panda_reach", "task.obs=pixels"])
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    encoder = saved["agent"].pop("encoder")
+    saved["agent"].update({**encoder, "frame_stack": 2})  # the layout such runs wrote
+    save_run_config(OmegaConf.create(saved), tmp_path)
+    loaded = load_run_config(tmp_path)
+    assert loaded.agent.encoder.frame_stack == 2 and loaded.agent.encoder.conv_layers == 2
+    assert loaded.agent.frame_stack == 2 and "read as agent.encoder" in caplog.text
+    saved["agent"]["conv_layerz"] = 3  # an unknown key still fails, naming it
+    save_run_config(OmegaConf.create(saved), tmp_path)
+    with pytest.raises(Exception, match="conv_layerz"):
+        load_run_config(tmp_path)

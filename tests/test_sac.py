@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from robotrl.agents import SAC, SACConfig, make_agent
+from robotrl.agents.config import EncoderConfig
 from robotrl.data import Batch, TensorSpec
 from robotrl.nn import EnsembleMLP, TanhNormal
 from robotrl.nn.mlp import EnsembleLinear
@@ -189,8 +190,8 @@ def test_bad_settings_are_named():
         make_agent(type("Cfg", (), {"name": "ppo"})(), SPEC, 2)
     with pytest.raises(ValueError, match="4 conv layers leave nothing of a 8x8 image"):
         SAC(SACConfig(), {"pixels": TensorSpec((3, 8, 8), torch.uint8)}, 2)
-    with pytest.raises(ValueError, match=r"agent\.shift_pad"):
-        SAC(SACConfig(shift_pad=-1), SPEC, 2)
+    with pytest.raises(ValueError, match=r"agent\.encoder\.shift_pad must be >= 0, got -1"):
+        SAC(SACConfig(encoder=EncoderConfig(shift_pad=-1)), SPEC, 2)
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=rf"agent\.q_normalize must be a finite number >= 0.0, got {bad}"):
             SAC(SACConfig(q_normalize=bad), SPEC, 2)
@@ -199,7 +200,7 @@ def test_bad_settings_are_named():
 def test_sac_from_pixels_learns_its_encoder_only_through_the_critic():
     torch.manual_seed(0)
     spec = {"pixels_front": TensorSpec((6, 64, 64), torch.uint8), "arm_qpos": TensorSpec((7,))}
-    agent = SAC(SACConfig(conv_layers=2, actor_hidden=[32], critic_hidden=[32]), spec, 3)
+    agent = SAC(SACConfig(actor_hidden=[32], critic_hidden=[32], encoder=EncoderConfig(conv_layers=2)), spec, 3)
     pixels = torch.randint(0, 256, (16, 6, 64, 64), dtype=torch.uint8)
     obs = {"pixels_front": pixels, "arm_qpos": torch.randn(16, 7)}
     assert agent.act(obs).shape == (16, 3)

@@ -66,7 +66,7 @@ class Agent(nn.Module, ABC):
     @property
     def replay_n_step(self) -> int:
         """Steps the replay sums per sampled transition (n-step returns; an action chunk's length)."""
-        return getattr(self.cfg, "n_step", 1)
+        return self.cfg.replay_n_step
 
     @property
     def device(self) -> torch.device:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from robotrl.agents.base import Agent, behaviour_cloning_loss, check_finite, check_layer_widths, make_adam
+from robotrl.agents.config import AgentConfig
 from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
 from robotrl.nn import StateEncoder, mlp
@@ -23,34 +24,18 @@ from robotrl.nn.encoders import ImageStateEncoder
 
 
 @dataclass
-class BCConfig:
+class BCConfig(AgentConfig):
     name: str = "bc"
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     lr: float = 1e-3
-    batch_size: int = 256
-    utd_ratio: int = 1  # gradient updates per env step (the loop's schedule)
-    gamma: float = 0.99  # unused by the loss; the replay's n-step sums read it
     exploration_std: float = 0.0  # Gaussian noise on acting (non-deterministic) actions
-    # pixels: DrQ-v2's encoder, random shifts of shift_pad pixels
-    frame_stack: int = 3
-    conv_channels: int = 32
-    conv_layers: int = 4
-    conv_stride: int = 1
-    feature_dim: int = 50
-    shift_pad: int = 4
     obs_norm: bool = False  # standardise state features with the training batches' running statistics (as SAC's)
 
     def validate(self) -> None:
-        for name in ("batch_size", "utd_ratio", "frame_stack", "conv_channels", "conv_layers", "conv_stride"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        super().validate()
         check_finite(self, ("lr",), 0.0)
         check_finite(self, ("exploration_std",), 0.0, inclusive=True)
         check_layer_widths(self, ("hidden",))
-        if not 0 <= self.gamma <= 1:
-            raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
-        if self.shift_pad < 0:
-            raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
 
 
 class BC(Agent):
@@ -61,7 +46,12 @@ class BC(Agent):
         self.pixel_keys = pixel_keys(obs_spec)
         if self.pixel_keys:
             self.encoder = ImageStateEncoder(
-                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride, cfg.obs_norm
+                obs_spec,
+                cfg.encoder.feature_dim,
+                cfg.encoder.conv_channels,
+                cfg.encoder.conv_layers,
+                cfg.encoder.conv_stride,
+                cfg.obs_norm,
             )
         else:
             self.encoder = StateEncoder(obs_spec, cfg.obs_norm)
@@ -86,7 +76,7 @@ class BC(Agent):
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         if self.pixel_keys:
-            batch = dataclasses.replace(batch, obs=shift_images(batch.obs, self.pixel_keys, self.cfg.shift_pad))
+            batch = dataclasses.replace(batch, obs=shift_images(batch.obs, self.pixel_keys, self.cfg.encoder.shift_pad))
         self.encoder.observe(batch.obs)
         demo = batch.demo
         if demo is None:

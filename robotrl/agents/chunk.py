@@ -75,6 +75,10 @@ class ChunkConfig(SACConfig):
     distill_expectile: float = 0.9
 
     @property
+    def replay_n_step(self) -> int:
+        return self.chunk_len  # the replay yields whole chunks: chunk_len steps per sampled sequence
+
+    @property
     def plan_len(self) -> int:
         """Actions per planned (and executed) chunk: policy_chunk_len, or chunk_len when it is null."""
         return self.chunk_len if self.policy_chunk_len is None else self.policy_chunk_len
@@ -162,10 +166,6 @@ class ChunkCritic(SAC):
     @property
     def target_policy_critic(self) -> torch.nn.Module:
         return self.target_critic if self.partial_critic is None else self.target_partial_critic
-
-    @property
-    def replay_n_step(self) -> int:
-        return self.chunk_len
 
     def _make_actor(self, features: int, chunk_dim: int) -> torch.nn.Module:
         cfg = self.cfg

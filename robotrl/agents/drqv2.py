@@ -28,6 +28,7 @@ from robotrl.agents.base import (
     make_adam,
     mixed_precision,
 )
+from robotrl.agents.config import AgentConfig
 from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
 from robotrl.nn.augment import shift_images
@@ -36,47 +37,36 @@ from robotrl.nn.mlp import EnsembleMLP, mlp
 
 
 @dataclass
-class DrQv2Config:
+class DrQv2Config(AgentConfig):
     name: str = "drqv2"
-    frame_stack: int = 3  # frames stacked per camera (the env is wrapped, the replay stores each frame once)
-    conv_channels: int = 32
-    conv_layers: int = 4
-    conv_stride: int = 1  # stride of the convolutions after the first (stride 2); 2 for a cheap encoder
-    feature_dim: int = 50  # image trunk: Linear -> LayerNorm -> tanh
     hidden: list[int] = field(default_factory=lambda: [1024, 1024])
     num_critics: int = 2
     lr: float = 1e-4
     gamma: float = 0.99
     tau: float = 0.01
     n_step: int = 3
-    batch_size: int = 256
-    utd_ratio: int = 1  # gradient updates per update round
     update_every: int = 2  # env steps per update round
     std_init: float = 1.0  # exploration std, linear in env steps from std_init to std_final
     std_final: float = 0.1
     std_decay_steps: int = 100_000
     std_clip: float = 0.3  # target-policy and actor-loss noise is clipped to +-std_clip
-    shift_pad: int = 4  # random-shift augmentation, pixels
     precision: str = "fp32"  # fp32 | bf16 | auto, as SAC's
     bc_weight: float = 0.0  # behaviour cloning on offline rows (Batch.demo), as SAC's
     bc_weight_final: float | None = None
     bc_decay_updates: int = 0
     obs_norm: bool = False  # standardise the state entries with the training batches' running statistics (as SAC's)
 
+    @property
+    def replay_n_step(self) -> int:
+        return self.n_step
+
+    @property
+    def replay_gamma(self) -> float:
+        return self.gamma
+
     def validate(self) -> None:
-        positive = (
-            "frame_stack",
-            "conv_channels",
-            "conv_layers",
-            "conv_stride",
-            "feature_dim",
-            "num_critics",
-            "n_step",
-            "batch_size",
-            "utd_ratio",
-            "update_every",
-            "std_decay_steps",
-        )
+        super().validate()
+        positive = ("num_critics", "n_step", "std_decay_steps")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
@@ -87,8 +77,6 @@ class DrQv2Config:
             raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
-        if self.shift_pad < 0:
-            raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
         check_bc_schedule(self.bc_weight, self.bc_weight_final, self.bc_decay_updates)
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
@@ -97,8 +85,8 @@ class DrQv2Config:
 class Actor(nn.Module):
     def __init__(self, image_dim: int, state_dim: int, cfg: DrQv2Config, action_dim: int):
         super().__init__()
-        self.trunk = ImageTrunk(image_dim, cfg.feature_dim)
-        self.policy = mlp(cfg.feature_dim + state_dim, cfg.hidden, action_dim)
+        self.trunk = ImageTrunk(image_dim, cfg.encoder.feature_dim)
+        self.policy = mlp(cfg.encoder.feature_dim + state_dim, cfg.hidden, action_dim)
 
     def forward(self, image: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
         """The deterministic action in (-1, 1)."""
@@ -110,8 +98,8 @@ class Critic(nn.Module):
 
     def __init__(self, image_dim: int, state_dim: int, cfg: DrQv2Config, action_dim: int):
         super().__init__()
-        self.trunk = ImageTrunk(image_dim, cfg.feature_dim)
-        self.q = EnsembleMLP(cfg.num_critics, cfg.feature_dim + state_dim + action_dim, cfg.hidden, 1)
+        self.trunk = ImageTrunk(image_dim, cfg.encoder.feature_dim)
+        self.q = EnsembleMLP(cfg.num_critics, cfg.encoder.feature_dim + state_dim + action_dim, cfg.hidden, 1)
 
     def forward(self, image: torch.Tensor, state: torch.Tensor | None, action: torch.Tensor) -> torch.Tensor:
         h = self.trunk(image, state)
@@ -132,7 +120,9 @@ class DrQv2(Agent):
                 "set task.obs=pixels or task.obs=state+pixels"
             )
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
-        self.encoder = PixelEncoder(obs_spec, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride, cfg.obs_norm)
+        self.encoder = PixelEncoder(
+            obs_spec, cfg.encoder.conv_channels, cfg.encoder.conv_layers, cfg.encoder.conv_stride, cfg.obs_norm
+        )
         image_dim, state_dim = self.encoder.out_dim, self.encoder.state_dim
         self.actor = Actor(image_dim, state_dim, cfg, action_dim)
         self.critic = Critic(image_dim, state_dim, cfg, action_dim)
@@ -188,7 +178,7 @@ class DrQv2(Agent):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """A critic (and encoder) step on augmented observations, then an actor step on detached features."""
         std = self._std()
-        keys, pad = self.encoder.image_keys, self.cfg.shift_pad
+        keys, pad = self.encoder.image_keys, self.cfg.encoder.shift_pad
         obs, next_obs = shift_images(batch.obs, keys, pad), shift_images(batch.next_obs, keys, pad)
         self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
         with self._autocast():

@@ -23,6 +23,7 @@ from robotrl.agents.base import (
     masked_mean,
     mixed_precision,
 )
+from robotrl.agents.config import AgentConfig
 from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
@@ -35,7 +36,7 @@ Q_SCALE_FLOOR = 1e-6  # q_normalize: a batch whose critic values are all ~0 is n
 
 
 @dataclass
-class SACConfig:
+class SACConfig(AgentConfig):
     name: str = "sac"
     actor_hidden: list[int] = field(default_factory=lambda: [256, 256])
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
@@ -47,8 +48,6 @@ class SACConfig:
     gamma: float = 0.99
     tau: float = 0.005
     n_step: int = 1
-    batch_size: int = 256
-    utd_ratio: int = 1  # gradient updates per env step
     actor_update_interval: int = 1  # critic updates per actor update
     init_alpha: float = 0.1  # as DrQ/DrQ-v2; 1.0 (SB3's) swamps small per-step rewards for thousands of steps
     learn_alpha: bool = True
@@ -73,15 +72,8 @@ class SACConfig:
     # Matmul precision of the hidden layers: fp32, bf16 (mixed precision: fp32 weights, optimizer and
     # output heads), or auto (bf16 where the device computes it natively, else fp32).
     precision: str = "fp32"
-    # Pixel observations (uint8 image entries; DrQ-style): DrQ-v2's conv encoder and trunk with the state
-    # entries appended, shared by actor and critic and learned through the critic (the actor reads
-    # detached features); random shifts of `shift_pad` pixels on both observations of every update.
-    frame_stack: int = 3
-    conv_channels: int = 32
-    conv_layers: int = 4
-    conv_stride: int = 1  # stride of the convolutions after the first (stride 2); 2 for a cheap encoder
-    feature_dim: int = 50
-    shift_pad: int = 4
+    # Pixel observations: agent.encoder.* (agents/config.py), shared by actor and critic and learned through the
+    # critic (the actor reads detached features).
     # Behaviour cloning on offline rows (demonstrations and interventions, `Batch.demo`): the actor's loss
     # adds bc_weight * the mean squared distance of its deterministic action to the recorded one.
     bc_weight: float = 0.0
@@ -107,21 +99,17 @@ class SACConfig:
     # gaits: bench/results/gsde_smoothness.md gives the figures).
     smoothness_weight: float = 0.0
 
+    @property
+    def replay_n_step(self) -> int:
+        return self.n_step
+
+    @property
+    def replay_gamma(self) -> float:
+        return self.gamma
+
     def validate(self) -> None:
-        positive = (
-            "num_critics",
-            "n_step",
-            "batch_size",
-            "utd_ratio",
-            "actor_update_interval",
-            "sde_sample_freq",
-            "frame_stack",
-            "conv_channels",
-            "conv_layers",
-            "conv_stride",
-            "feature_dim",
-        )
-        for name in positive:
+        super().validate()
+        for name in ("num_critics", "n_step", "actor_update_interval", "sde_sample_freq"):
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
         check_finite(self, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"), 0.0)
@@ -132,8 +120,6 @@ class SACConfig:
             raise ValueError(f"agent.tau must be in (0, 1], got {self.tau}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"agent.gamma must be in [0, 1], got {self.gamma}")
-        if self.shift_pad < 0:
-            raise ValueError(f"agent.shift_pad must be >= 0, got {self.shift_pad}")
         check_bc_schedule(self.bc_weight, self.bc_weight_final, self.bc_decay_updates)
         if self.precision not in PRECISIONS:
             raise ValueError(f"agent.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
@@ -196,7 +182,12 @@ class SAC(Agent):
         self.pixel_keys = pixel_keys(obs_spec)
         if self.pixel_keys:
             self.encoder = ImageStateEncoder(
-                obs_spec, cfg.feature_dim, cfg.conv_channels, cfg.conv_layers, cfg.conv_stride, cfg.obs_norm
+                obs_spec,
+                cfg.encoder.feature_dim,
+                cfg.encoder.conv_channels,
+                cfg.encoder.conv_layers,
+                cfg.encoder.conv_stride,
+                cfg.obs_norm,
             )
         else:
             self.encoder = StateEncoder(obs_spec, cfg.obs_norm)
@@ -275,7 +266,7 @@ class SAC(Agent):
         critic as it was before this step's critic update, as in the JAX SAC implementations.
         """
         if self.pixel_keys:  # DrQ: each observation randomly shifted
-            pad = self.cfg.shift_pad
+            pad = self.cfg.encoder.shift_pad
             batch = dataclasses.replace(
                 batch,
                 obs=shift_images(batch.obs, self.pixel_keys, pad),

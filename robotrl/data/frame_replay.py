@@ -43,15 +43,15 @@ class FrameReplay(ReplayBuffer):
         device: str | torch.device = "cpu",
     ):
         if frame_stack < 1:
-            raise ValueError(f"agent.frame_stack must be >= 1, got {frame_stack}")
+            raise ValueError(f"agent.encoder.frame_stack must be >= 1, got {frame_stack}")
         self.pixel_keys = pixel_keys(obs_spec)
         if not self.pixel_keys:
             raise ValueError(f"FrameReplay needs uint8 [C, H, W] image entries; the observation has {sorted(obs_spec)}")
         horizon = math.ceil(capacity / max(num_envs, 1))
         if horizon < frame_stack + n_step + 1:
             raise ValueError(
-                f"agent.frame_stack={frame_stack} with n_step={n_step} does not fit a replay of {horizon} steps per "
-                f"env (replay_capacity={capacity}, num_envs={num_envs}); raise replay_capacity"
+                f"agent.encoder.frame_stack={frame_stack} with n_step={n_step} does not fit a replay of {horizon} "
+                f"steps per env (replay_capacity={capacity}, num_envs={num_envs}); raise replay_capacity"
             )
         self.frame_stack = frame_stack
         self.frame_shape: dict[str, tuple[int, ...]] = {}
@@ -59,8 +59,8 @@ class FrameReplay(ReplayBuffer):
             channels, height, width = obs_spec[key].shape
             if channels % frame_stack:
                 raise ValueError(
-                    f"observation {key!r} has {channels} channels: not a stack of agent.frame_stack={frame_stack} "
-                    "frames"
+                    f"observation {key!r} has {channels} channels: not a stack of "
+                    f"agent.encoder.frame_stack={frame_stack} frames"
                 )
             self.frame_shape[key] = (channels // frame_stack, height, width)
         state_spec = {k: s for k, s in obs_spec.items() if k not in self.pixel_keys}

@@ -82,7 +82,7 @@ def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False, tas
     """The task's env (`task`, or the config's); its pixel observations frame-stacked when the agent stacks
     frames."""
     env = make_env(task if task is not None else cfg.task, num_envs=num_envs, render=render)
-    frame_stack = getattr(cfg.agent, "frame_stack", 1)
+    frame_stack = cfg.agent.frame_stack
     return FrameStack(env, frame_stack) if frame_stack > 1 and pixel_keys(env.obs_spec) else env
 
 
@@ -156,7 +156,7 @@ def _buffer(cfg: TrainConfig, env, capacity: int, num_envs: int, n_step: int, de
         num_envs,
         frame_stack_of(env),
         n_step,
-        cfg.agent.gamma,
+        cfg.agent.replay_gamma,
         device,
         hindsight,
     )

@@ -91,7 +91,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             getattr(cfg.task, "reward", None),
             terminate_on_success,
         )
-    update_every = getattr(cfg.agent, "update_every", 1)
+    update_every = cfg.agent.update_every
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
     if resume:
         path = latest_checkpoint(ckpt_root)

@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from robotrl.agents.config import nest_encoder_keys
 from robotrl.config import to_train_config
 from robotrl.core.durable import write_atomic
 from robotrl.runtime.learner_config import to_learner_config
@@ -28,11 +29,21 @@ def run_config_file(run: str | Path, key: str = "run") -> Path:
     return path
 
 
+def read_run_config(run: str | Path, key: str = "run") -> DictConfig:
+    """The config.yaml run directory `run` saved, untyped, in today's layout: settings that runs saved before a
+    schema moved them are moved too (agents/config.py: nest_encoder_keys)."""
+    path = run_config_file(run, key)
+    saved = OmegaConf.load(path)
+    if isinstance(saved.get("agent"), DictConfig):
+        saved.agent = nest_encoder_keys(OmegaConf.to_container(saved.agent), str(path))
+    return saved
+
+
 def load_run_config(run: str | Path, backend: str | None = None) -> Any:
     """The typed config a run directory saved (its config.yaml): robotrl-train's TrainConfig, or robotrl-learner's
     LearnerConfig (the policy of a fine-tuning session). Both carry the `agent` and `task` that evaluation and
     deployment rebuild the policy from; `backend` replaces the saved simulator."""
-    saved = OmegaConf.load(run_config_file(run))
+    saved = read_run_config(run)
     if backend is not None:  # the top-level key wins over the saved task.backend
         saved.backend = backend
     if "learner" in saved and "agent" not in saved:  # robotrl-actor's: the learner holds the policy

@@ -28,8 +28,9 @@ SERVICE = "robotrl.transport.Learner"
 REGISTER, PUSH, WEIGHTS, HEARTBEAT, STATUS = "Register", "Push", "Weights", "Heartbeat", "Status"
 METHODS = (REGISTER, PUSH, WEIGHTS, HEARTBEAT, STATUS)
 # 2: Register carries task_settings, replies untrained_steps and total_steps; 3: sessions are 128-bit secrets,
-# never listed by Status, and a batch numbered far past the last one stored is refused
-PROTOCOL_VERSION = 3
+# never listed by Status, and a batch numbered far past the last one stored is refused; 4: the agent settings a
+# registration reply carries nest the pixel encoder's under `encoder`
+PROTOCOL_VERSION = 4
 
 ACTOR_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 SESSION = re.compile(r"[0-9a-f]{32}")

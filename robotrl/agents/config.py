@@ -1,0 +1,78 @@
+"""What every agent's config declares: the settings the training loop and the learner read (batch size, update
+schedule, the replay's n-step discounting, frame stack) and the pixel encoder's, nested once for every agent
+that sees images. An agent's own settings extend these; nothing here is read by getattr with a default."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EncoderConfig:
+    """Pixel observations (uint8 image entries): DrQ-v2's conv encoder and trunk, random shifts of `shift_pad`
+    pixels on both observations of every update; the state entries are appended to its features."""
+
+    frame_stack: int = 3  # frames stacked per camera (the env is wrapped; the replay stores each frame once)
+    conv_channels: int = 32
+    conv_layers: int = 4
+    conv_stride: int = 1  # stride of the convolutions after the first (stride 2); 2 for a cheap encoder
+    feature_dim: int = 50  # image trunk: Linear -> LayerNorm -> tanh
+    shift_pad: int = 4  # random-shift augmentation, pixels
+
+    def validate(self) -> None:
+        for name in ("frame_stack", "conv_channels", "conv_layers", "conv_stride", "feature_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.encoder.{name} must be >= 1, got {getattr(self, name)}")
+        if self.shift_pad < 0:
+            raise ValueError(f"agent.encoder.shift_pad must be >= 0, got {self.shift_pad}")
+
+
+@dataclass
+class AgentConfig:
+    """The part of `agent.*` that the loop and the learner read, whatever the agent."""
+
+    name: str = ""
+    batch_size: int = 256
+    utd_ratio: int = 1  # gradient updates per update round
+    update_every: int = 1  # env steps per update round
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+
+    @property
+    def frame_stack(self) -> int:
+        """Frames per stacked pixel observation (the env wrapper and the replay read it)."""
+        return self.encoder.frame_stack
+
+    @property
+    def replay_n_step(self) -> int:
+        """Steps the replay sums per sampled transition (n-step returns; an action chunk's length)."""
+        return 1
+
+    @property
+    def replay_gamma(self) -> float:
+        """The discount the replay's n-step sums apply (unused at one step)."""
+        return 1.0
+
+    def validate(self) -> None:
+        for name in ("batch_size", "utd_ratio", "update_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        self.encoder.validate()
+
+
+ENCODER_KEYS = frozenset(f.name for f in fields(EncoderConfig))
+
+
+def nest_encoder_keys(agent: dict[str, Any], source: str) -> dict[str, Any]:
+    """`agent` (a run's saved `agent` settings) with the pixel encoder's keys that runs saved before they were
+    nested (agent.frame_stack, agent.conv_layers, ...) moved under `encoder`; logs once per file it moves."""
+    flat = sorted(ENCODER_KEYS & set(agent))
+    if not flat:
+        return agent
+    moved = {k: v for k, v in agent.items() if k not in ENCODER_KEYS}
+    moved["encoder"] = {**{k: agent[k] for k in flat}, **dict(agent.get("encoder") or {})}
+    log.info("%s: agent.%s read as agent.encoder.* (saved before the encoder settings were nested)", source, flat)
+    return moved
