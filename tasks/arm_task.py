@@ -7,25 +7,29 @@ shares: action validation, the control-rate loop, time limits and automatic rese
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from robotrl.tasks.backend import SimBackend
 from robotrl.tasks.configs import BACKENDS, ArmTaskConfig
 from robotrl.tasks.controllers import ArmController
+from robotrl.tasks.memory import check_num_envs_fits
 from robotrl.tasks.rotations import quat_to_matrix
 
+from robotrl.core.deploy_spec import DeploySpec, ObsEntry
 from robotrl.core.env import Obs, StepResult, check_action
-from robotrl.core.robot_spec import load_robot_spec
+from robotrl.core.robot_spec import RobotSpec, load_robot_spec
 from robotrl.core.spec import TensorSpec
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 REST_TOLERANCE = 0.015  # m: an object's centre this close to its resting height is on the table
 OBS_MODES = ("state", "pixels", "state+pixels")
+SIM_TIMESTEP = 0.002  # s: the scenes' physics step (<option timestep> of assets/panda.xml and hand4.xml)
 
 
 def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: bool = False) -> SimBackend:
@@ -33,15 +37,14 @@ def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: 
     `num_envs` the machine cannot hold fails first, with the memory it would need (robotrl/tasks/memory.py)."""
     if kind not in BACKENDS:
         raise ValueError(f"task.backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
-    from robotrl.tasks.memory import check_num_envs_fits
-
     check_num_envs_fits(kind, xml, num_envs)
     if kind == "mujoco":
+        # lazy (start-up time): MuJoCo loads when a task is built, so a task's spec and score need no simulator
         from robotrl.tasks.mujoco_backend import MujocoBackend
 
         return MujocoBackend(xml, num_envs, threads)
     if kind == "genesis":
-        from robotrl.tasks.genesis_backend import GenesisBackend
+        from robotrl.tasks.genesis_backend import GenesisBackend  # lazy: the optional extra genesis
 
         return GenesisBackend(xml, num_envs, pixels=pixels)
     raise AssertionError(kind)
@@ -55,7 +58,7 @@ class ArmTask(ABC):
     has_gripper = False  # tasks that use the gripper add one action: -1 fully open, +1 closed
     tool_orientation: torch.Tensor | None = None  # world quaternion to hold; None: the episode's start one
     # sites fixed to the tool (a peg held in the hand): their observation entries follow the tool rigidly, so a
-    # robot computes them by forward kinematics (hardware/deploy.py: task_facts measures the offsets)
+    # robot computes them by forward kinematics (the deploy spec carries the offsets, `measure_held_offsets`)
     held_sites: tuple[str, ...] = ()
     # Objects put back between episodes: name -> (low, high) of its start position (or its first coordinates),
     # the box reset_scene draws it from, resting on the table. A robot env waits at reset for them to be there
@@ -110,9 +113,65 @@ class ArmTask(ABC):
     def action_dim(self) -> int:
         return self.controller.action_dim + int(self.has_gripper)
 
-    @property
+    @classmethod
     @abstractmethod
-    def obs_spec(self) -> dict[str, TensorSpec]: ...
+    def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
+        """The state observation: each entry's shape and where a robot gets it (robotrl/core/deploy_spec.py)."""
+
+    @property
+    def obs_spec(self) -> dict[str, TensorSpec]:
+        return {key: entry.tensor_spec() for key, entry in self.observation_entries(self.robot).items()}
+
+    @classmethod
+    def deploy_spec(cls, cfg: Any, frame_stack: int = 1, held: dict[str, list[float]] | None = None) -> DeploySpec:
+        """What a robot needs to run a policy trained on this task with `cfg` (its agent stacking `frame_stack`
+        camera frames), from the class and the config alone: nothing simulated. `held`: the held sites'
+        offsets, measured in the scene (`measure_held_offsets`); a task with held sites needs them."""
+        if cfg.obs not in OBS_MODES:
+            raise ValueError(f"task.obs must be one of {', '.join(OBS_MODES)}, got {cfg.obs!r}")
+        missing = sorted(set(cls.held_sites) - set(held or {}))
+        if missing:
+            raise ValueError(f"task {cfg.name!r}: its held points {missing} are measured in its scene; give held")
+        robot = load_robot_spec(cls.robot_name)
+        control = cfg.control or cls.default_control
+        observations = dict(cls.observation_entries(robot)) if cfg.obs != "pixels" else {}
+        cameras = tuple(cfg.cameras) if cfg.obs != "state" else ()
+        stack = frame_stack if cameras else 1  # the training env stacks camera frames only
+        for camera in cameras:
+            shape = (3 * stack, cfg.image_size, cfg.image_size)
+            observations[f"pixels_{camera}"] = ObsEntry(shape, "camera", "uint8", of=camera)
+        action_dim = (3 if control == "ee_delta" else len(robot.joints)) + int(cls.has_gripper)
+        gripper = robot.gripper
+        spec = DeploySpec(
+            task=cfg.name,
+            task_config=_plain_values(cfg),
+            robot=robot.name,
+            control=control,
+            max_ee_step=float(cfg.max_ee_step),
+            max_joint_step=float(cfg.max_joint_step),
+            relative_frame=bool(cfg.relative_frame),
+            gripper_action=cls.has_gripper,
+            # a task that never commands its gripper keeps it shut (the actuator's target stays 0: closed)
+            gripper_hold=float(gripper.closed) if gripper is not None and not cls.has_gripper else None,
+            episode_steps=cfg.episode_steps or cls.default_episode_steps,
+            policy_rate_hz=1.0 / (cfg.control_substeps * SIM_TIMESTEP),
+            cameras=cameras,
+            image_size=cfg.image_size if cameras else None,
+            frame_stack=stack,
+            observations=observations,
+            action_dim=action_dim,
+            action_low=(-1.0,) * action_dim,
+            action_high=(1.0,) * action_dim,
+            score_reads=tuple(cls.score_reads),
+            held={site: tuple(float(v) for v in held[site]) for site in cls.held_sites},
+            # where a person puts the objects back between episodes (the boxes reset_scene starts them in)
+            start_regions={
+                name: (tuple(low.tolist()), tuple(high.tolist())) for name, (low, high) in cls.start_regions.items()
+            },
+            drawn_goals=tuple(cls.drawn_goals),
+        )
+        spec.validate()
+        return spec
 
     def tensor(self, values) -> torch.Tensor:
         """A float32 constant on the task's device."""
@@ -160,10 +219,19 @@ class ArmTask(ABC):
             site: torch.einsum("eji,ej->ei", rotation, self.backend.site_pose(site)[0] - ee) for site in self.held_sites
         }
 
-    def proprio_spec(self) -> dict[str, TensorSpec]:
+    def measure_held_offsets(self) -> dict[str, list[float]]:
+        """The held sites' offsets in env 0 (after a reset has put the scene in place), for the deploy spec."""
+        return {site: [round(float(v), 6) for v in offset[0]] for site, offset in self.held_offsets().items()}
+
+    @classmethod
+    def proprio_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
         """The arm's own entries, shared by every arm task's observation."""
-        n = len(self.robot.joints)
-        return {"arm_qpos": TensorSpec((n,)), "arm_qvel": TensorSpec((n,)), "ee_pos": TensorSpec((3,))}
+        n = len(robot.joints)
+        return {
+            "arm_qpos": ObsEntry((n,), "joint_state", of="position"),
+            "arm_qvel": ObsEntry((n,), "joint_state", of="velocity"),
+            "ee_pos": ObsEntry((3,), "kinematics", of="tool_point"),
+        }
 
     def proprio(self) -> Obs:
         return {
@@ -191,6 +259,9 @@ class ArmTask(ABC):
         return {}
 
     # The observation entries `score` reads; () where the reward needs state no observation holds (contacts).
+    # A task that scores from them, or draws goals, does it in module-level torch functions of its module,
+    # `score_from_obs(obs, cfg)` and `draw_episode_goals(count, objects, generator)`, which a robot takes by the
+    # task's name without building it (robotrl.tasks.task_functions); these methods call them.
     score_reads: tuple[str, ...] = ()
 
     def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,3 +350,10 @@ class TaskVecEnv:
 
 def _on_cpu(obs: Obs) -> Obs:
     return {key: value.cpu() for key, value in obs.items()}
+
+
+def _plain_values(cfg: Any) -> dict[str, Any]:
+    """A task config's settings as JSON values (the deploy spec's task_config)."""
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return {key: value for key, value in vars(cfg).items() if not key.startswith("_")}

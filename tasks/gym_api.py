@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import robotrl.tasks as tasks  # the package imports this module first; its names are read when an env is made
 import torch
 
 GYM_IDS = {
@@ -22,14 +23,12 @@ class TaskGymEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 25}
 
     def __init__(self, task: str, render_mode: str | None = None, **overrides):
-        from robotrl.tasks import TASK_CONFIGS, make_env
-
-        cfg = TASK_CONFIGS[task](name=task)
+        cfg = tasks.TASK_CONFIGS[task](name=task)
         for key, value in overrides.items():
             if not hasattr(cfg, key):
                 raise TypeError(f"{task}: unknown option {key!r}")
             setattr(cfg, key, value)
-        self._env = make_env(cfg, num_envs=1)
+        self._env = tasks.make_env(cfg, num_envs=1)
         self.render_mode = render_mode
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self._env.action_dim,), np.float32)
         self.observation_space = gym.spaces.Dict(

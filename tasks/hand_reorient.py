@@ -15,8 +15,9 @@ import torch
 from robotrl.tasks.arm_task import ArmTask
 from robotrl.tasks.rotations import quat_angle, quat_conjugate, quat_from_axis_angle, quat_multiply
 
+from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
-from robotrl.core.spec import TensorSpec
+from robotrl.core.robot_spec import RobotSpec
 
 GOAL_ROTATIONS = ("z", "any")
 FINGERTIPS = ("index_fingertip", "middle_fingertip", "ring_fingertip", "thumb_fingertip")
@@ -42,22 +43,24 @@ class HandReorient(ArmTask):
         self.goal = self.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(num_envs, 1)
         self.palm_center = self.backend.site_pose("palm_center")[0][0].clone()  # the wrist is fixed
 
-    @property
-    def obs_spec(self) -> dict[str, TensorSpec]:
+    @classmethod
+    def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
+        # the cube relative to the palm and its turn to the goal are no tracked-object entries a robot env gives
         return {
-            **self.proprio_spec(),
-            "cube_pos": TensorSpec((3,)),
-            "cube_quat": TensorSpec((4,)),
-            "goal_quat": TensorSpec((4,)),
-            "cube_to_goal": TensorSpec((4,)),
+            **cls.proprio_entries(robot),
+            "cube_pos": ObsEntry((3,), "simulation"),
+            "cube_quat": ObsEntry((4,), "simulation"),
+            "goal_quat": ObsEntry((4,), "goal"),
+            "cube_to_goal": ObsEntry((4,), "simulation"),
         }
 
-    def proprio_spec(self) -> dict[str, TensorSpec]:
-        n = len(self.robot.joints)
+    @classmethod
+    def proprio_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
+        n = len(robot.joints)
         return {
-            "hand_qpos": TensorSpec((n,)),
-            "hand_qvel": TensorSpec((n,)),
-            "fingertips": TensorSpec((3 * len(FINGERTIPS),)),
+            "hand_qpos": ObsEntry((n,), "joint_state", of="position"),
+            "hand_qvel": ObsEntry((n,), "joint_state", of="velocity"),
+            "fingertips": ObsEntry((3 * len(FINGERTIPS),), "kinematics", of="fingertips"),
         }
 
     def proprio(self) -> Obs:

@@ -11,8 +11,9 @@ import torch
 from robotrl.tasks.arm_task import ArmTask
 from robotrl.tasks.rotations import quat_to_matrix
 
+from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
-from robotrl.core.spec import TensorSpec
+from robotrl.core.robot_spec import RobotSpec
 
 HOLE_XY_LOW = torch.tensor([0.42, -0.15])
 HOLE_XY_HIGH = torch.tensor([0.60, 0.15])
@@ -21,6 +22,26 @@ HOLE_HALF_WIDTH = 0.013  # the peg's half width is 0.012
 INSERT_DEPTH = 0.025
 PEG_IN_HAND = torch.tensor([0.0, 0.0, 0.1234])  # the weld's offset (panda_peg_insert.xml)
 TOOL_DOWN = torch.tensor([0.0, 1.0, 0.0, 0.0])  # hand axes on the world's: tool axis straight down
+
+
+def outcome(tip: torch.Tensor, hole: torch.Tensor, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward, success) [...] with the peg's tip at `tip` [..., 3] and the hole's rim centre at `hole`, under the
+    task config `cfg` (its reward variant)."""
+    lateral = (tip[..., :2] - hole[..., :2]).norm(dim=-1)
+    depth = hole[..., 2] - tip[..., 2]
+    success = (depth >= INSERT_DEPTH) & (lateral < HOLE_HALF_WIDTH)
+    if cfg.reward == "sparse":
+        return success.float() - 1.0, success
+    # line up over the hole, then go down it
+    approach = 1.0 - torch.tanh(10.0 * (hole - tip).norm(dim=-1))
+    aligned = lateral < HOLE_HALF_WIDTH
+    inserted = aligned.float() * (depth / INSERT_DEPTH).clamp(0.0, 1.0)
+    return (approach + 2.0 * inserted + 2.0 * success.float()) / 5.0, success
+
+
+def score_from_obs(obs: Obs, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward, success) from observation entries alone (PandaPegInsert.score_reads), as `evaluate` gives them."""
+    return outcome(obs["peg_tip"], obs["hole"], cfg)
 
 
 class PandaPegInsert(ArmTask):
@@ -34,13 +55,13 @@ class PandaPegInsert(ArmTask):
         self.hole = torch.zeros(num_envs, 3, device=self.device)  # centre of the hole's rim
         self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
 
-    @property
-    def obs_spec(self) -> dict[str, TensorSpec]:
+    @classmethod
+    def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
         return {
-            **self.proprio_spec(),
-            "peg_tip": TensorSpec((3,)),
-            "hole": TensorSpec((3,)),
-            "tip_to_hole": TensorSpec((3,)),
+            **cls.proprio_entries(robot),
+            "peg_tip": ObsEntry((3,), "held_point", of="peg_tip"),
+            "hole": ObsEntry((3,), "goal"),
+            "tip_to_hole": ObsEntry((3,), "goal_minus_held", of="peg_tip", goal="hole"),
         }
 
     def reset_scene(self, env_ids: torch.Tensor) -> None:
@@ -71,20 +92,11 @@ class PandaPegInsert(ArmTask):
     score_reads = ("peg_tip", "hole")
 
     def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.outcome(obs["peg_tip"], obs["hole"])
+        return score_from_obs(obs, self.cfg)
 
     def outcome(self, tip: torch.Tensor, hole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, success) [...] with the peg's tip at `tip` [..., 3] and the hole's rim centre at `hole`."""
-        lateral = (tip[..., :2] - hole[..., :2]).norm(dim=-1)
-        depth = hole[..., 2] - tip[..., 2]
-        success = (depth >= INSERT_DEPTH) & (lateral < HOLE_HALF_WIDTH)
-        if self.cfg.reward == "sparse":
-            return success.float() - 1.0, success
-        # line up over the hole, then go down it
-        approach = 1.0 - torch.tanh(10.0 * (hole - tip).norm(dim=-1))
-        aligned = lateral < HOLE_HALF_WIDTH
-        inserted = aligned.float() * (depth / INSERT_DEPTH).clamp(0.0, 1.0)
-        return (approach + 2.0 * inserted + 2.0 * success.float()) / 5.0, success
+        return outcome(tip, hole, self.cfg)
 
     def expert_motion(self) -> torch.Tensor:
         """Scripted expert: line the tip up 3 cm above the hole -> descend slowly, re-aligning on drift."""

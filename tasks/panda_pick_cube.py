@@ -11,8 +11,9 @@ import math
 import torch
 from robotrl.tasks.arm_task import REST_TOLERANCE, ArmTask
 
+from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
-from robotrl.core.spec import TensorSpec
+from robotrl.core.robot_spec import RobotSpec
 
 CUBE_HALF = 0.02
 CUBE_XY_LOW = torch.tensor([0.40, -0.15])
@@ -31,14 +32,14 @@ class PandaPickCube(ArmTask):
         self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
         self._phase_steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
 
-    @property
-    def obs_spec(self) -> dict[str, TensorSpec]:
+    @classmethod
+    def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
         return {
-            **self.proprio_spec(),
-            "gripper": TensorSpec((1,)),
-            "cube_pos": TensorSpec((3,)),
-            "cube_quat": TensorSpec((4,)),
-            "to_cube": TensorSpec((3,)),
+            **cls.proprio_entries(robot),
+            "gripper": ObsEntry((1,), "joint_state", of="gripper"),
+            "cube_pos": ObsEntry((3,), "object", of="cube", part="pos"),
+            "cube_quat": ObsEntry((4,), "object", of="cube", part="quat"),
+            "to_cube": ObsEntry((3,), "object", of="cube", part="from_ee"),
         }
 
     # where reset_scene puts the cube, resting on the table

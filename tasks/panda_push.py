@@ -11,8 +11,9 @@ import math
 import torch
 from robotrl.tasks.arm_task import REST_TOLERANCE, ArmTask
 
+from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
-from robotrl.core.spec import TensorSpec
+from robotrl.core.robot_spec import RobotSpec
 from robotrl.data.hindsight import GoalSpec
 
 PUCK_HALF_HEIGHT = 0.02
@@ -26,6 +27,42 @@ PUSH_HEIGHT = 0.025  # tool point height while pushing: the finger tips just abo
 STANDOFF = PUCK_RADIUS + 0.02  # tool point behind the puck's centre when a push starts
 
 
+def outcome(puck: torch.Tensor, ee: torch.Tensor, goal: torch.Tensor, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward, success) [...] with the puck at `puck` [..., 3], the tool point at `ee` [..., 3] and the goal at
+    `goal` [..., 2], under the task config `cfg` (its reward variant and success threshold)."""
+    distance = (goal - puck[..., :2]).norm(dim=-1)
+    success = distance < cfg.success_threshold
+    if cfg.reward == "sparse":
+        return success.float() - 1.0, success
+    reach = 1.0 - torch.tanh(10.0 * (puck - ee).norm(dim=-1))  # get behind the puck, then bring it to the goal
+    push = 1.0 - torch.tanh(5.0 * distance)
+    return (0.2 * reach + push + success.float()) / 2.2, success
+
+
+def score_from_obs(obs: Obs, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward, success) from observation entries alone (PandaPush.score_reads), as `evaluate` gives them."""
+    return outcome(obs["puck_pos"], obs["ee_pos"], obs["goal"], cfg)
+
+
+def draw_episode_goals(
+    count: int, objects: dict[str, torch.Tensor], generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """A goal 10-20 cm from the puck (`objects["puck"]`, [count, 3]) in a random direction, inside the goal box;
+    one the box's edge would pull in is mirrored across the puck, so no episode starts (nearly) solved."""
+    xy = objects["puck"][:, :2]
+    angle = torch.rand(count, generator=generator) * 2 * math.pi
+    lo, hi = GOAL_DISTANCE
+    distance = lo + torch.rand(count, generator=generator) * (hi - lo)
+    offset = distance.unsqueeze(-1) * torch.stack([torch.cos(angle), torch.sin(angle)], -1)
+    there, mirrored = (_in_workspace(xy + offset), _in_workspace(xy - offset))
+    farther = (there - xy).norm(dim=-1, keepdim=True) >= (mirrored - xy).norm(dim=-1, keepdim=True)
+    return {"goal": torch.where(farther, there, mirrored)}
+
+
+def _in_workspace(xy: torch.Tensor) -> torch.Tensor:
+    return torch.maximum(torch.minimum(xy, GOAL_XY_HIGH), GOAL_XY_LOW)
+
+
 class PandaPush(ArmTask):
     scene = "panda_push.xml"
     default_episode_steps = 100
@@ -34,14 +71,14 @@ class PandaPush(ArmTask):
         super().__init__(cfg, num_envs)
         self.goal = torch.zeros(num_envs, 2, device=self.device)
 
-    @property
-    def obs_spec(self) -> dict[str, TensorSpec]:
+    @classmethod
+    def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
         return {
-            **self.proprio_spec(),
-            "puck_pos": TensorSpec((3,)),
-            "to_puck": TensorSpec((3,)),
-            "goal": TensorSpec((2,)),
-            "puck_to_goal": TensorSpec((2,)),
+            **cls.proprio_entries(robot),
+            "puck_pos": ObsEntry((3,), "object", of="puck", part="pos"),
+            "to_puck": ObsEntry((3,), "object", of="puck", part="from_ee"),
+            "goal": ObsEntry((2,), "goal"),
+            "puck_to_goal": ObsEntry((2,), "object", of="puck", part="to_goal", goal="goal"),
         }
 
     # where reset_scene puts the puck, resting on the table (a puck held above it is not back)
@@ -68,18 +105,7 @@ class PandaPush(ArmTask):
     ) -> dict[str, torch.Tensor]:
         """A goal 10-20 cm from the puck in a random direction, inside the goal box; one the box's edge would
         pull in is mirrored across the puck, so no episode starts (nearly) solved."""
-        xy = objects["puck"][:, :2]
-        angle = torch.rand(count, generator=generator) * 2 * math.pi
-        lo, hi = GOAL_DISTANCE
-        distance = lo + torch.rand(count, generator=generator) * (hi - lo)
-        offset = distance.unsqueeze(-1) * torch.stack([torch.cos(angle), torch.sin(angle)], -1)
-        there, mirrored = (self._in_workspace(xy + offset), self._in_workspace(xy - offset))
-        farther = (there - xy).norm(dim=-1, keepdim=True) >= (mirrored - xy).norm(dim=-1, keepdim=True)
-        return {"goal": torch.where(farther, there, mirrored)}
-
-    @staticmethod
-    def _in_workspace(xy: torch.Tensor) -> torch.Tensor:
-        return torch.maximum(torch.minimum(xy, GOAL_XY_HIGH), GOAL_XY_LOW)
+        return draw_episode_goals(count, objects, generator)
 
     def puck_pos(self) -> torch.Tensor:
         return self.backend.body_pose("puck")[0]
@@ -102,18 +128,12 @@ class PandaPush(ArmTask):
     score_reads = ("puck_pos", "ee_pos", "goal")
 
     def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.outcome(obs["puck_pos"], obs["ee_pos"], obs["goal"])
+        return score_from_obs(obs, self.cfg)
 
     def outcome(self, puck: torch.Tensor, ee: torch.Tensor, goal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, success) [...] with the puck at `puck` [..., 3], the tool point at `ee` [..., 3] and the
         goal at `goal` [..., 2]: the live state's, or a stored one's under another goal (goal_spec)."""
-        distance = (goal - puck[..., :2]).norm(dim=-1)
-        success = distance < self.cfg.success_threshold
-        if self.cfg.reward == "sparse":
-            return success.float() - 1.0, success
-        reach = 1.0 - torch.tanh(10.0 * (puck - ee).norm(dim=-1))  # get behind the puck, then bring it to the goal
-        push = 1.0 - torch.tanh(5.0 * distance)
-        return (0.2 * reach + push + success.float()) / 2.2, success
+        return outcome(puck, ee, goal, self.cfg)
 
     def goal_spec(self) -> GoalSpec:
         """The goal is where the puck should be in the plane (hindsight relabelling, data/hindsight.py)."""

@@ -5,12 +5,34 @@ from __future__ import annotations
 import torch
 from robotrl.tasks.arm_task import ArmTask
 
+from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
-from robotrl.core.spec import TensorSpec
+from robotrl.core.robot_spec import RobotSpec
 from robotrl.data.hindsight import GoalSpec
 
 TARGET_LOW = torch.tensor([0.30, -0.25, 0.10])
 TARGET_HIGH = torch.tensor([0.60, 0.25, 0.45])
+
+
+def outcome(ee: torch.Tensor, target: torch.Tensor, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward, success) [...] with the tool point at `ee` [..., 3] and the target at `target` [..., 3], under the
+    task config `cfg` (its reward variant and success threshold)."""
+    distance = (ee - target).norm(dim=-1)
+    success = distance < cfg.success_threshold
+    return (-distance if cfg.reward == "dense" else success.float() - 1.0), success
+
+
+def score_from_obs(obs: Obs, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward, success) from observation entries alone (PandaReach.score_reads), as `evaluate` gives them."""
+    return outcome(obs["ee_pos"], obs["target"], cfg)
+
+
+def draw_episode_goals(
+    count: int, objects: dict[str, torch.Tensor], generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """A target per episode drawn uniformly from the box in front of the arm."""
+    u = torch.rand(count, 3, generator=generator)
+    return {"target": TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)}
 
 
 class PandaReach(ArmTask):
@@ -20,9 +42,13 @@ class PandaReach(ArmTask):
         super().__init__(cfg, num_envs)
         self.target = torch.zeros(num_envs, 3, device=self.device)
 
-    @property
-    def obs_spec(self) -> dict[str, TensorSpec]:
-        return {**self.proprio_spec(), "target": TensorSpec((3,)), "to_target": TensorSpec((3,))}
+    @classmethod
+    def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
+        return {
+            **cls.proprio_entries(robot),
+            "target": ObsEntry((3,), "goal"),
+            "to_target": ObsEntry((3,), "goal_minus_tool", goal="target"),
+        }
 
     drawn_goals = ("target",)
 
@@ -35,8 +61,7 @@ class PandaReach(ArmTask):
         self, count: int, objects: dict[str, torch.Tensor], generator: torch.Generator
     ) -> dict[str, torch.Tensor]:
         """A target drawn uniformly from the box in front of the arm."""
-        u = torch.rand(count, 3, generator=generator)
-        return {"target": TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)}
+        return draw_episode_goals(count, objects, generator)
 
     def observe(self) -> Obs:
         obs = self.proprio()
@@ -50,14 +75,12 @@ class PandaReach(ArmTask):
     score_reads = ("ee_pos", "target")
 
     def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.outcome(obs["ee_pos"], obs["target"])
+        return score_from_obs(obs, self.cfg)
 
     def outcome(self, ee: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, success) [...] with the tool point at `ee` [..., 3] and the target at `target` [..., 3]:
         the live state's, or a stored one's under another target (goal_spec)."""
-        distance = (ee - target).norm(dim=-1)
-        success = distance < self.cfg.success_threshold
-        return (-distance if self.cfg.reward == "dense" else success.float() - 1.0), success
+        return outcome(ee, target, self.cfg)
 
     def goal_spec(self) -> GoalSpec:
         """The goal is the target the tool point should reach (hindsight relabelling, data/hindsight.py)."""
