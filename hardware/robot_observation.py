@@ -1,0 +1,329 @@
+"""Observation assembly for the robot env: the newest messages to observation entries, each input's age checked.
+
+`ObservationAssembler.assemble` takes what the robot link received (a parsed joint state, and each tracked
+object's and camera's newest `Received`: message, receipt time) and gives the observation the simulated task
+would, with `info` saying how old it is and, when it must not be acted on, why (`stale_reason`): a joint state
+too old or refused by the shield, an object pose missing, old, not a pose, in another frame or jumped faster
+than `max_object_speed` (`ObjectPoses`), a camera silent or old, a non-finite entry. `late_reason` says when
+an action computed from that observation arrives too late to send. Pixel entries are stacked as training
+stacked them (`robotrl.runtime.frame_stack`). Nothing here opens a topic: tests feed it plain messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from robotrl.hardware.robot_kinematics import Kinematics, rotation_matrix
+
+from robotrl.core.robot_spec import RobotSpec
+from robotrl.runtime.frame_stack import fresh_stack, push_frame
+
+log = logging.getLogger(__name__)
+
+Pose = tuple[np.ndarray, np.ndarray]  # position [3], orientation wxyz [4], float32
+
+
+class StaleObservationError(RuntimeError):
+    """An observation was older than its age limit (on_stale=raise)."""
+
+
+def object_entries(objects: list[str], goals: dict[str, tuple[int, ...]]) -> dict[str, tuple[str, str]]:
+    """The observation entries that tracked objects give, named as the simulated tasks name them:
+    entry -> (object, what), `what` being pos, quat (w, x, y, z), from_ee (`to_<object>`: object - ee_pos) or
+    the name of a goal of at most 3 values (`<object>_to_<goal>`: goal - the object's position in its
+    dimensions; panda_push's `puck_to_goal`)."""
+    entries: dict[str, tuple[str, str]] = {}
+    for name in objects:
+        entries.update({f"{name}_pos": (name, "pos"), f"{name}_quat": (name, "quat"), f"to_{name}": (name, "from_ee")})
+        for goal, shape in goals.items():
+            if len(shape) == 1 and 1 <= shape[0] <= 3:
+                entries[f"{name}_to_{goal}"] = (name, goal)
+    return entries
+
+
+@dataclass
+class JointReading:
+    position: torch.Tensor  # float64 [n] arm joints, spec order
+    velocity: torch.Tensor | None
+    gripper: float | None  # first gripper joint (metres per finger)
+    stamp: float  # time.monotonic() when it was measured (header.stamp through StampClock)
+
+
+def read_joint_state(msg, received_at: float, spec: RobotSpec, clock) -> JointReading:
+    """A sensor_msgs/JointState matched to the spec's joints by name; `clock` (a StampClock) turns its header
+    stamp into this machine's monotonic time. KeyError or ValueError when it does not fit the robot."""
+    # lazy: tensors imports the message types, which need cyclonedds (the ros extra)
+    from robotrl.hardware.ros2.tensors import joint_state_tensor, time_seconds
+
+    joints = list(spec.joints)
+    position = joint_state_tensor(msg, joints, "position", torch.float64)
+    velocity = joint_state_tensor(msg, joints, "velocity", torch.float64) if len(msg.velocity) else None
+    gripper = None
+    if spec.gripper is not None and spec.gripper.joints[0] in msg.name:
+        gripper = float(msg.position[list(msg.name).index(spec.gripper.joints[0])])
+    return JointReading(position, velocity, gripper, clock.measured_at(time_seconds(msg.header.stamp), received_at))
+
+
+class ObjectPoses:
+    """Tracked objects' poses as the policy may act on them: each object's last good pose (what a stale
+    observation holds) and the position last acted on, against which a jump is judged (`max_object_speed`)."""
+
+    UNKNOWN: Pose = (np.zeros(3, np.float32), np.array([1.0, 0.0, 0.0, 0.0], np.float32))
+
+    def __init__(self, cfg, stats: Counter[str]):
+        self.cfg, self.stats = cfg, stats
+        self.last_good: dict[str, Pose] = {}
+        self.last_acted: dict[str, tuple[np.ndarray, float]] = {}  # cleared at each reset (forget_motion)
+
+    def read(self, received, count: bool = True) -> tuple[Pose, float, str | None]:
+        """(position, wxyz orientation) of the newest pose `received` (a bridge `Received` or None), when it
+        arrived (monotonic), and what keeps it from being acted on (None: fresh and valid). Observations built
+        on a pose that is not one (NaN, a zero quaternion, another frame) are counted in `bad_object_pose`
+        (with `count`)."""
+        # lazy: tensors imports the message types, which need cyclonedds (the ros extra)
+        from robotrl.hardware.ros2.tensors import pose_tensors, time_seconds
+
+        cfg, unknown = self.cfg, self.UNKNOWN
+        if received is None:
+            return unknown, math.nan, "has sent no pose"
+        age = received.age()
+        if age > cfg.max_object_age:
+            return unknown, received.received_at, f"pose {age * 1e3:.0f} ms old"
+        if cfg.max_object_stamp_age:
+            behind = time.time() - time_seconds(received.msg.header.stamp)
+            if behind > cfg.max_object_stamp_age:
+                return unknown, received.received_at, f"pose stamped {behind * 1e3:.0f} ms before now"
+        frame = received.msg.header.frame_id
+        if cfg.object_frame and frame != cfg.object_frame:
+            self.stats["bad_object_pose"] += count
+            return (
+                unknown,
+                received.received_at,
+                f"pose in frame {frame!r}, not hardware.object_frame {cfg.object_frame!r}",
+            )
+        try:
+            position, quat = pose_tensors(received.msg, torch.float32)
+        except ValueError as error:
+            self.stats["bad_object_pose"] += count
+            return unknown, received.received_at, str(error)
+        return (position.numpy(), quat.numpy()), received.received_at, None
+
+    def jump(self, name: str, position: np.ndarray, received_at: float) -> str | None:
+        """Why `position` cannot be where the object went since the position last acted on (faster than
+        max_object_speed: a tracker glitch), or None. Counted in `object_jumps`."""
+        last = self.last_acted.get(name)
+        if not self.cfg.max_object_speed or last is None:
+            return None
+        distance, elapsed = float(np.linalg.norm(position - last[0])), max(received_at - last[1], 1e-3)
+        if distance <= self.cfg.max_object_speed * elapsed:
+            return None
+        self.stats["object_jumps"] += 1
+        return (
+            f"pose jumped {distance * 1e3:.0f} mm in {elapsed * 1e3:.0f} ms (faster than hardware.max_object_speed "
+            f"{self.cfg.max_object_speed} m/s)"
+        )
+
+    def observe(self, name: str, received) -> tuple[Pose, float, str | None]:
+        """The pose to observe for `name`: the newest one if it may be acted on (then it becomes the last good
+        and the last acted on), else the last good one (never a made-up one), with the problem."""
+        pose, received_at, problem = self.read(received)
+        problem = problem or self.jump(name, pose[0], received_at)
+        if problem:
+            return self.last_good.get(name, pose), received_at, problem
+        self.last_good[name] = pose
+        self.last_acted[name] = (pose[0], received_at)
+        return pose, received_at, None
+
+    def forget_motion(self) -> None:
+        """A person moved the objects between episodes: no jump is judged across a reset."""
+        self.last_acted.clear()
+
+
+class ObservationAssembler:
+    """The observation space and, from received inputs, each observation (see the module docstring).
+
+    `goal` is the env's own goal dict (shared: a reset's drawn goals and an actor's goal ranges write into it)."""
+
+    def __init__(
+        self,
+        cfg,
+        spec: RobotSpec,
+        kinematics: Kinematics,
+        stats: Counter[str],
+        goal: dict[str, np.ndarray],
+        relative_goal: dict[str, str],
+        held: dict[str, np.ndarray],
+        held_relative: dict[str, tuple[str, str]],
+        gripper_obs: bool = False,
+        frame_stack: int = 1,
+        observe: list[str] | None = None,
+    ):
+        self.cfg, self.spec, self.kinematics, self.stats = cfg, spec, kinematics, stats
+        self.goal, self.relative_goal, self.held, self.held_relative = goal, relative_goal, held, held_relative
+        self.gripper_obs, self.frame_stack = gripper_obs, frame_stack
+        n = len(spec.joints)
+        box = gym.spaces.Box
+        spaces = {
+            "arm_qpos": box(-np.inf, np.inf, (n,), np.float32),
+            "arm_qvel": box(-np.inf, np.inf, (n,), np.float32),
+            "ee_pos": box(-np.inf, np.inf, (3,), np.float32),
+        }
+        if gripper_obs:
+            spaces["gripper"] = box(-np.inf, np.inf, (1,), np.float32)
+        for key, value in goal.items():
+            spaces[key] = box(-np.inf, np.inf, value.shape, np.float32)
+        for key in relative_goal:
+            spaces[key] = box(-np.inf, np.inf, (3,), np.float32)
+        for key in (*held, *held_relative):
+            if key in spaces:
+                raise ValueError(f"observation entry {key!r} is given twice (a held point and another entry)")
+            spaces[key] = box(-np.inf, np.inf, (3,), np.float32)
+        # entry -> (object, what): the entries a measured object pose gives (hardware.objects)
+        entries = object_entries(cfg.objects, {k: v.shape for k, v in goal.items()})
+        clash = sorted(set(cfg.objects) & set(goal))
+        if clash:
+            raise ValueError(f"{clash} named both as tracked objects (hardware.objects) and as goals")
+        clash = sorted(set(entries) & set(spaces))
+        if clash:
+            raise ValueError(f"observation entries {clash} would come both from hardware.objects and from a goal")
+        for key, (_, what) in entries.items():
+            size = 4 if what == "quat" else 3 if what in ("pos", "from_ee") else goal[what].shape[0]
+            spaces[key] = box(-np.inf, np.inf, (size,), np.float32)
+        for name in cfg.cameras:  # frame_stack camera frames per pixel entry, oldest first (as FrameStack)
+            spaces[f"pixels_{name}"] = box(0, 255, (3 * frame_stack, cfg.image_size, cfg.image_size), np.uint8)
+        if observe is not None:  # the entries the policy reads (a pixel policy may read no joint state)
+            spaces = {key: space for key, space in spaces.items() if key in observe}
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.object_entries = {k: v for k, v in entries.items() if k in spaces}
+        # only the objects the policy observes are listened to (and can make an observation stale)
+        self.tracked_objects = [name for name in cfg.objects if any(o == name for o, _ in self.object_entries.values())]
+        self.objects = ObjectPoses(cfg, stats)
+        self.ages: list[float] = []  # joint-state age at each observation (s)
+        self.state: JointReading | None = None  # the state the last observation was built from
+        self.fresh = False
+        # what else the last observation was built from: (what, when it arrived (monotonic), its age limit's
+        # setting, that limit in s); its action is late once any of them aged past the limit plus a period
+        self.inputs: list[tuple[str, float, str, float]] = []
+        self._stacks: dict[str, torch.Tensor] = {}  # pixel key -> the last frame_stack frames [3k, H, W]
+
+    def assemble(
+        self, state: JointReading | None, refused: str | None, now: float, poses: dict, frames: dict
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The observation from the newest inputs, and whether it is fresh enough to act on. `refused`: why
+        the shield refuses `state` (None: it does not); `poses` and `frames`: each tracked object's and
+        camera's newest `Received` (missing or None: nothing arrived); `now`: time.monotonic()."""
+        cfg, info = self.cfg, {}
+        if state is None:
+            raise StaleObservationError(f"no joint state has arrived on {cfg.joint_states_topic}")
+        age = now - state.stamp
+        info["observation_age"] = age
+        self.ages.append(age)
+        stale = [f"joint_states {age * 1e3:.1f} ms old"] if age > cfg.max_state_age else []
+        if refused is not None:
+            stale.append(f"joint_states refused by the shield ({refused})")
+        q = state.position.numpy()
+        ee, ee_quat, _ = self.kinematics.pose(q)
+        velocity = state.velocity.numpy() if state.velocity is not None else np.zeros(len(q))
+        obs = {
+            "arm_qpos": q.astype(np.float32),
+            "arm_qvel": velocity.astype(np.float32),
+            "ee_pos": ee.astype(np.float32),
+        }
+        if self.gripper_obs:
+            opening = state.gripper if state.gripper is not None else math.nan
+            obs["gripper"] = np.array([opening / self.spec.gripper.open], np.float32)
+        for key, value in self.goal.items():
+            obs[key] = value.copy()
+        for key, goal in self.relative_goal.items():
+            obs[key] = (self.goal[goal] - ee).astype(np.float32)
+        if self.held:
+            tool = rotation_matrix(ee_quat)
+            held = {key: ee + tool @ offset for key, offset in self.held.items()}
+            for key, point in held.items():
+                obs[key] = point.astype(np.float32)
+            for key, (goal, point) in self.held_relative.items():
+                obs[key] = (self.goal[goal] - held[point]).astype(np.float32)
+        positions, inputs = {}, []
+        for name in self.tracked_objects:
+            positions[name], received_at, problem = self.objects.observe(name, poses.get(name))
+            if problem:  # stale: the last good pose (as a stale joint state is the last state)
+                stale.append(f"object {name} {problem}")
+            else:
+                inputs.append((f"object {name} pose", received_at, "max_object_age", cfg.max_object_age))
+        for key, (name, what) in self.object_entries.items():
+            position, quat = positions[name]
+            if what == "pos":
+                obs[key] = position.copy()  # a copy: the last good pose is kept for a stale observation
+            elif what == "quat":
+                obs[key] = quat.copy()
+            elif what == "from_ee":
+                obs[key] = (position - ee).astype(np.float32)
+            else:  # the goal `what` minus the object's position, in the goal's dimensions
+                goal = self.goal[what]
+                obs[key] = (goal - position[: goal.shape[0]]).astype(np.float32)
+        for name in cfg.cameras:
+            received = frames.get(name)
+            if received is None or received.age() > cfg.max_image_age:
+                stale.append(f"camera {name} " + ("has sent nothing" if received is None else "frame too old"))
+                obs[f"pixels_{name}"] = np.zeros((3, cfg.image_size, cfg.image_size), np.uint8)
+                continue
+            obs[f"pixels_{name}"] = self.image(received.msg)
+            inputs.append((f"camera {name} frame", received.received_at, "max_image_age", cfg.max_image_age))
+        if not all(np.isfinite(v).all() for k, v in obs.items() if not k.startswith("pixels_")):
+            stale.append("non-finite state")
+        info["stale_observation"] = int(bool(stale))
+        if stale:
+            self.stats["stale_observations"] += 1
+            info["stale_reason"] = "; ".join(stale)
+            if cfg.on_stale == "raise":
+                raise StaleObservationError(f"observation not fresh: {info['stale_reason']}")
+        self.state, self.inputs, self.fresh = state, inputs, not stale
+        return {key: obs[key] for key in self.observation_space.spaces}, info
+
+    def late_reason(self, now: float, policy_period: float) -> str | None:
+        """Why an action computed from the last (fresh) observation comes too late to send (its joint state, one
+        of its tracked poses or one of its camera frames aged past its limit plus one policy period since
+        arriving), or None."""
+        cfg = self.cfg
+        inputs = [("joint state", self.state.stamp, "max_state_age", cfg.max_state_age), *self.inputs]
+        for what, received_at, setting, limit in inputs:
+            age = now - received_at
+            if age > limit + policy_period:
+                return f"{what} is {age * 1e3:.1f} ms old (hardware.{setting} {limit * 1e3:.0f} ms + a period)"
+        return None
+
+    def image(self, msg) -> np.ndarray:
+        """A sensor_msgs/Image as a [3, S, S] uint8 pixel entry (area-resized; mono8 grey in all three channels,
+        bgr turned to rgb)."""
+        # lazy: tensors imports the message types, which need cyclonedds (the ros extra)
+        from robotrl.hardware.ros2.tensors import image_tensor
+
+        pixels = image_tensor(msg)
+        if pixels.shape[0] == 1:  # mono8: the observation space (and the policy) take three channels
+            pixels = pixels.expand(3, -1, -1)
+        pixels = pixels[:3].float().unsqueeze(0)
+        if msg.encoding.startswith("bgr"):
+            pixels = pixels.flip(1)
+        size = self.cfg.image_size
+        pixels = torch.nn.functional.interpolate(pixels, size=(size, size), mode="area")
+        return pixels[0].round().clamp(0, 255).to(torch.uint8).numpy()
+
+    def stack(self, obs: dict[str, np.ndarray], fresh: bool) -> dict[str, np.ndarray]:
+        """Pixel entries as the last `frame_stack` frames on the channel axis; at an episode's start (`fresh`)
+        the first frame fills the stack, as robotrl/runtime/frame_stack.py does in simulation."""
+        if self.frame_stack == 1:
+            return obs
+        for key in [k for k in obs if k.startswith("pixels_")]:
+            frame = torch.from_numpy(obs[key])
+            stack = fresh_stack(frame, self.frame_stack) if fresh else push_frame(self._stacks[key], frame)
+            self._stacks[key] = stack
+            obs[key] = stack.numpy().copy()
+        return obs
