@@ -343,7 +343,7 @@ def run(args) -> dict:
         + (
             "other work shared the machine, so the timings include its preemption; numbers not tuned"
             if shared
-            else "little other work ran (other sessions share this machine; their short jobs may have overlapped)"
+            else "little other work ran (other processes share this machine; their short jobs may have overlapped)"
         )
         + (f"; {args.note}" if args.note else "")
     )
