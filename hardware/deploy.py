@@ -4,25 +4,27 @@
     robotrl-deploy run=runs/reach hardware=sim_twin episodes=3 +goal.target=[0.5,0.1,0.3]  # or drawn
     robotrl-deploy run=runs/reach hardware=panda duration=60 record=/data/session1
 
-The run's config names the simulated task the policy was trained on; its controller settings (control
-kind, step sizes, relative_frame, gripper, episode length) and observation layout are taken from it, and
-the robot env (hardware/robot_env.py) produces the same observation keys and shapes. Task entries a robot
-cannot measure come from `goal` (fixed values) and `relative_goal` (`goal - ee_pos`; `to_target` is
-inferred from `target`); goals the task draws per episode (reach's target, push's goal around the puck)
-and not given are drawn at each reset as simulation draws them, and tracked objects are waited for in the
-task's start regions (`hardware.scene_timeout`). The policy runs deterministically at the hardware config's
-policy rate; an exception in it, or a NaN action, sends nothing new (the shield holds). `record=<dir>`
-writes the session's joint states, commands and e-stop messages to a rosbag2 bag (MCAP storage, ROS 2 CDR)
-that `ros2 bag` reads.
+The run's deploy spec (its deploy_spec.json, robotrl/core/deploy_spec.py, written when the run started) gives
+the controller settings (control kind, step sizes, relative_frame, gripper, episode length) and every
+observation entry with where a robot gets it; the robot env (hardware/robot_env.py) produces the same keys and
+shapes, and nothing simulated is built (hardware/deployment.py loads the run; a run from before deploy specs
+gets one derived from its config.yaml once). A spec the robot config cannot serve (another robot, a control kind
+or camera it lacks, objects not tracked) is refused by entry before anything moves. Goals come from `goal`
+(fixed values; `relative_goal` may name extra `goal - ee_pos` entries); goals the task draws per episode
+(reach's target, push's goal around the puck) and not given are drawn at each reset as simulation draws them,
+and tracked objects are waited for in the task's start regions (`hardware.scene_timeout`). The policy runs
+deterministically at the hardware config's policy rate; an exception in it, or a NaN action, sends nothing new
+(the shield holds). `record=<dir>` writes the session's joint states, commands and e-stop messages to a rosbag2
+bag (MCAP storage, ROS 2 CDR) that `ros2 bag` reads.
 A JSON summary (steps, shield corrections by kind, observation ages) is printed last.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
-import re
 import signal
 import threading
 import time
@@ -30,21 +32,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hydra
 import numpy as np
 import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig
+from robotrl.hardware.deployment import load_deploy_spec, load_policy
 from robotrl.hardware.estop import subscribe_estop
-from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError, object_entries
+from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError
+from robotrl.tasks import task_functions
 
+from robotrl.cli_errors import reports_errors
+from robotrl.config import strict_object
+from robotrl.core.deploy_spec import DeploySpec, ObsEntry
 from robotrl.core.env import EnvCancelled
+from robotrl.core.robot_spec import load_robot_spec
 
 log = logging.getLogger(__name__)
 
-# Observation entries that are a goal minus the tool point, by the goal they are relative to.
-KNOWN_RELATIVE = {"to_target": "target"}
-# Entries that are a goal minus a point held by the tool (facts["held"]): entry -> (goal, held point).
-HELD_RELATIVE = {"tip_to_hole": ("hole", "peg_tip")}
-# Entries the simulated tasks hold fixed through an episode (a goal), so a fixed value on a robot is right.
-TASK_GOALS = ("target", "hole", "goal")
+__all__ = ["BagRecorder", "DeployConfig", "load_deploy_spec", "load_policy", "make_robot_env", "run"]
+
+# the entries a robot env gives from the joint state and its forward kinematics, by their deploy spec source
+ROBOT_STATE_KEYS = {
+    ("joint_state", "position"): "arm_qpos",
+    ("joint_state", "velocity"): "arm_qvel",
+    ("joint_state", "gripper"): "gripper",
+    ("kinematics", "tool_point"): "ee_pos",
+}
 
 
 @dataclass
@@ -76,7 +90,8 @@ class BagRecorder:
     `estop_topic` is heard as the robot env hears it (`subscribe_estop`: latched and default-QoS publishers)."""
 
     def __init__(self, bridge, path: str | Path, topics: dict[str, tuple[type, str]], estop_topic: str | None = None):
-        from robotrl.hardware.ros2.msgs import ros_type_name
+        # lazy: the optional extra ros (Cyclone DDS messages, rosbags' writer)
+        from robotrl.hardware.ros2.msgs import Bool, ros_type_name
         from rosbags.rosbag2 import StoragePlugin, Writer
         from rosbags.typesys import Stores, get_typestore
 
@@ -93,8 +108,6 @@ class BagRecorder:
             self.counts[topic] = 0
             self._subscriptions.append(bridge.subscription(topic, msg_type, qos, self._writer_for(topic, connection)))
         if estop_topic:
-            from robotrl.hardware.ros2.msgs import Bool
-
             connection = self._writer.add_connection(estop_topic, ros_type_name(Bool), typestore=typestore)
             self.counts[estop_topic] = 0
             write = self._writer_for(estop_topic, connection)
@@ -119,67 +132,6 @@ class BagRecorder:
             self._writer.close()
 
 
-def load_policy(run: str | Path, device: str = "cpu"):
-    """(agent, train config, the simulated env's observation spec and action dim, task facts) of a run."""
-    from robotrl.agents import make_agent
-    from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
-    from robotrl.runtime.loop import resolve_device
-    from robotrl.runtime.run_config import load_run_config
-
-    run_dir = Path(run)
-    train_cfg = load_run_config(run_dir)  # robotrl-train's run, or robotrl-learner's (a fine-tuning session)
-    facts, obs_spec, action_dim = task_facts(train_cfg)
-    agent = make_agent(train_cfg.agent, obs_spec, action_dim, resolve_device(device))
-    ckpt = latest_checkpoint(run_dir / "checkpoints")
-    load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
-    agent.eval()
-    return agent, train_cfg, obs_spec, action_dim, {**facts, "checkpoint": ckpt.name}
-
-
-def task_facts(train_cfg) -> tuple[dict[str, Any], dict, int]:
-    """(controller facts, observation spec, action dim) of the simulated task `train_cfg` (a train or actor
-    config: `.task` and `.agent`) names, read from one env of it."""
-    from robotrl.runtime.loop import frame_stack_of, make_training_env
-
-    env = make_training_env(train_cfg, num_envs=1)
-    try:
-        inner = env
-        while not hasattr(inner, "task") and hasattr(inner, "env"):  # under FrameStack and other wrappers
-            inner = inner.env
-        task = getattr(inner, "task", None)
-        if task is None or not hasattr(task, "controller"):
-            raise ValueError(f"task {train_cfg.task.name!r} is not a simulated arm task; a robot runs those")
-        facts = {
-            "frame_stack": frame_stack_of(env),
-            "control": task.controller.kind,
-            "max_ee_step": task.cfg.max_ee_step,
-            "max_joint_step": task.cfg.max_joint_step,
-            "relative_frame": bool(task.controller.relative_frame),
-            "gripper_action": bool(task.has_gripper),
-            # a task that never commands its gripper keeps it shut (the actuator's target stays 0: closed)
-            "gripper_hold": (
-                float(task.robot.gripper.closed) if task.robot.gripper is not None and not task.has_gripper else None
-            ),
-            "episode_steps": task.episode_steps,
-            "robot": task.robot.name,
-            "cameras": [k.removeprefix("pixels_") for k in env.obs_spec if k.startswith("pixels_")],
-            "image_size": train_cfg.task.image_size,
-            # the task's reward and success from observation entries alone (None: it needs more, e.g. contacts)
-            "score": task.score if getattr(task, "score_reads", ()) else None,
-            "score_reads": list(getattr(task, "score_reads", ())),
-            # points fixed to the tool, as offsets in its frame measured in the scene (peg_insert's peg tip)
-            "held": _held_offsets(env, task),
-            # where a person puts the objects back between episodes (the boxes reset_scene starts them in),
-            # and the goals drawn per episode as reset_scene draws them (around those objects where it does)
-            "start_regions": {name: [low.tolist(), high.tolist()] for name, (low, high) in task.start_regions.items()},
-            "drawn_goals": list(task.drawn_goals),
-            "draw_goals": task.draw_goals if task.drawn_goals else None,
-        }
-        return facts, dict(env.obs_spec), env.action_dim
-    finally:
-        env.close()
-
-
 def _goal_sampler(draw, names: list[str]):
     """The robot env's goal sampler, {object: position [3]} -> {goal: value}, from the task's batched draw."""
 
@@ -191,123 +143,178 @@ def _goal_sampler(draw, names: list[str]):
     return sample
 
 
-def _held_offsets(env, task) -> dict[str, list[float]]:
-    """The task's held sites in the tool point's frame, measured after a reset has put the scene in place."""
-    if not getattr(task, "held_sites", ()):
-        return {}
-    env.reset(seed=0)
-    return {site: [round(float(v), 6) for v in offset[0]] for site, offset in task.held_offsets().items()}
+def check_hardware(spec: DeploySpec, hw: RobotEnvConfig) -> None:
+    """ValueError naming the entry where the robot config `hw` cannot run a policy of `spec`: another robot, a
+    control kind or gripper it does not offer, joint entries of another size, a camera it lacks. Checked before
+    a robot env exists, so nothing has moved."""
+    if hw.robot != spec.robot:
+        raise ValueError(f"the policy was trained for robot {spec.robot!r}, hardware.robot is {hw.robot!r}")
+    robot = load_robot_spec(hw.robot)
+    if spec.control == "ee_delta" and robot.end_effector_site is None:
+        raise ValueError(f"the policy acts with control=ee_delta; robot {hw.robot!r} does not offer it (no tool point)")
+    grips = [k for k, e in spec.entries("joint_state").items() if e.of == "gripper"]
+    if (spec.gripper_action or grips) and (robot.gripper is None or not hw.gripper_controller):
+        uses = "moves the gripper (gripper_action)" if spec.gripper_action else f"observes {grips}"
+        raise ValueError(
+            f"the policy {uses}; robot {hw.robot!r} has no gripper or hardware.gripper_controller is empty"
+        )
+    n = len(robot.joints)
+    for key, entry in spec.entries("joint_state").items():
+        if entry.of != "gripper" and entry.shape != (n,):
+            raise ValueError(f"observations.{key} holds {list(entry.shape)} joint values; robot {hw.robot!r} has {n}")
+    arm_dim = 3 if spec.control == "ee_delta" else n
+    if spec.action_dim != arm_dim + int(spec.gripper_action):
+        raise ValueError(
+            f"the policy acts in {spec.action_dim} dimensions; {spec.control} on robot {hw.robot!r} takes "
+            f"{arm_dim + int(spec.gripper_action)}"
+        )
+    lacking = [camera for camera in spec.cameras if camera not in hw.cameras]
+    if lacking:
+        keys = sorted(k for k, e in spec.entries("camera").items() if e.of in lacking)
+        raise ValueError(
+            f"the policy observes {keys} from cameras {lacking}, which hardware.cameras {list(hw.cameras)} lacks: "
+            f"add them (hardware.cameras=[{','.join([*hw.cameras, *lacking])}], on {hw.camera_topic})"
+        )
 
 
 def make_robot_env(
     hw: RobotEnvConfig,
-    obs_spec: dict,
-    action_dim: int,
-    facts: dict,
+    spec: DeploySpec,
     goal: dict[str, list[float]] | None = None,
     relative_goal: dict[str, str] | None = None,
     episode_steps: int | None = None,
     goal_option: str = "goal",
 ) -> RobotEnv:
-    """The robot env for a policy: the trained task's controller, and its observation keys and shapes
-    (those a robot measures, the goals given); anything missing is an error naming it."""
-    if hw.robot != facts["robot"]:
-        raise ValueError(f"the policy was trained for robot {facts['robot']!r}, hardware.robot is {hw.robot!r}")
-    if facts["cameras"]:
-        hw.cameras, hw.image_size = facts["cameras"], facts["image_size"]
-    given = {k: list(v) for k, v in (goal or {}).items()}
-    # goals the task draws per episode that are not given and the policy observes: the robot env draws them at
-    # each reset (zeros until it has drawn its first)
-    drawn = [k for k in facts.get("drawn_goals", []) if k not in given and k in obs_spec]
-    goal = {**{k: [0.0] * obs_spec[k].shape[0] for k in drawn}, **given}
-    relative = dict(relative_goal or {})
-    for key, base in KNOWN_RELATIVE.items():
-        if key in obs_spec and key not in relative and key not in goal and base in goal:
-            relative[key] = base
-    by_objects = object_entries(hw.objects, {k: (len(v),) for k, v in goal.items()})
-    object_goals = {what for key, (_, what) in by_objects.items() if key in obs_spec and what in goal}
-    unused_goals = set(goal) - set(obs_spec) - {base for key, base in relative.items() if key in obs_spec}
-    held = {k: v for k, v in facts.get("held", {}).items() if k in obs_spec}
-    held_relative = {
-        key: list(pair)
-        for key, pair in HELD_RELATIVE.items()
-        if key in obs_spec and pair[0] in goal and pair[1] in held
-    }
-    unused_goals -= object_goals | {goal_name for goal_name, _ in held_relative.values()}
-    extra = sorted(unused_goals | (set(relative) - set(obs_spec)))
-    if extra:
-        raise ValueError(f"the policy does not observe {extra}; remove them from {goal_option}")
+    """The robot env for a policy of `spec`: its controller, and its observation keys and shapes (those a robot
+    measures, the goals given or drawn). Anything the robot config cannot give is refused by name before the
+    robot env is built (`check_hardware`, `_robot_env_args`)."""
+    check_hardware(spec, hw)
+    if spec.policy_rate_hz is not None and not math.isclose(hw.policy_rate_hz, spec.policy_rate_hz):
+        log.warning(
+            "the policy acted at %g Hz in training; hardware.policy_rate_hz is %g",
+            spec.policy_rate_hz,
+            hw.policy_rate_hz,
+        )
+    if spec.cameras:  # only the cameras the policy observes are listened to
+        hw = dataclasses.replace(hw, cameras=list(spec.cameras), image_size=spec.image_size)
+    args = _robot_env_args(spec, hw, goal or {}, relative_goal or {}, goal_option)
     env = RobotEnv(
         hw,
-        control=facts["control"],
-        max_ee_step=facts["max_ee_step"],
-        max_joint_step=facts["max_joint_step"],
-        relative_frame=facts.get("relative_frame", False),
-        gripper_action=facts["gripper_action"],
-        gripper_hold=facts.get("gripper_hold"),
-        held=held,
-        held_relative=held_relative,
-        gripper_obs="gripper" in obs_spec,
-        goal=goal,
-        relative_goal=relative,
-        episode_steps=episode_steps or facts["episode_steps"],
-        frame_stack=facts.get("frame_stack", 1),
-        observe=list(obs_spec),
-        start_regions=facts.get("start_regions", {}),
-        goal_sampler=_goal_sampler(facts["draw_goals"], drawn) if drawn else None,
+        control=spec.control,
+        max_ee_step=spec.max_ee_step,
+        max_joint_step=spec.max_joint_step,
+        relative_frame=spec.relative_frame,
+        gripper_action=spec.gripper_action,
+        gripper_hold=spec.gripper_hold,
+        gripper_obs="gripper" in spec.observations,
+        episode_steps=episode_steps or spec.episode_steps,
+        frame_stack=spec.frame_stack,
+        observe=list(spec.observations),
+        start_regions={name: [list(low), list(high)] for name, (low, high) in spec.start_regions.items()},
+        **args,
     )
-    try:
+    try:  # what the robot env built against the spec: a backstop for the checks above
         spaces = env.observation_space.spaces
-        missing = sorted(set(obs_spec) - set(spaces))
+        missing = sorted(set(spec.observations) - set(spaces))
         if missing:
-            raise ValueError(
-                f"the policy observes {missing}, which the robot does not measure: "
-                + _how_to_give(missing, obs_spec, hw, goal, goal_option)
-            )
-        wrong = {k: (tuple(spaces[k].shape), tuple(s.shape)) for k, s in obs_spec.items() if spaces[k].shape != s.shape}
+            raise ValueError(f"the policy observes {missing}, which the robot env does not give")
+        wrong = {
+            k: (tuple(spaces[k].shape), e.shape) for k, e in spec.observations.items() if spaces[k].shape != e.shape
+        }
         if wrong:
             raise ValueError(f"observation shapes (robot, policy) differ: {wrong}")
-        if env.action_dim != action_dim:
-            raise ValueError(f"the policy acts in {action_dim} dimensions, the robot env in {env.action_dim}")
+        if env.action_dim != spec.action_dim:
+            raise ValueError(f"the policy acts in {spec.action_dim} dimensions, the robot env in {env.action_dim}")
     except Exception:
         env.close()
         raise
     return env
 
 
-def _object_named(key: str) -> str | None:
-    """The tracked object an entry would be named after (cube_pos, cube_quat, to_cube, puck_to_goal), or None;
-    goal-relative entries (to_target, tip_to_hole) are told apart by the caller first."""
-    for pattern in (r"(\w+)_(?:pos|quat)", r"to_(\w+)", r"(\w+?)_to_\w+"):
-        match = re.fullmatch(pattern, key)
-        if match:
-            return match.group(1)
-    return None
+def _robot_env_args(
+    spec: DeploySpec, hw: RobotEnvConfig, given: dict[str, list[float]], relative: dict[str, str], goal_option: str
+) -> dict[str, Any]:
+    """RobotEnv's goal, relative_goal, held, held_relative and goal_sampler for `spec` on `hw`, or ValueError
+    naming the entries the robot cannot give and how to give them."""
+    observations = spec.observations
+    needed_goals = spec.goal_shapes()
+    given = {k: list(v) for k, v in given.items()}
+    # goals the task draws per episode that are not given: the robot env draws them at each reset (zeros until
+    # it has drawn its first)
+    drawn = [k for k in spec.drawn_goals if k not in given and k in needed_goals]
+    goals = {**{k: [0.0] * math.prod(needed_goals[k]) for k in drawn}, **given}
+    relative = dict(relative)
+    for key, entry in spec.entries("goal_minus_tool").items():
+        if key not in relative and key not in goals and entry.goal in goals:
+            relative[key] = entry.goal
+    unused = set(goals) - set(needed_goals) - {base for key, base in relative.items() if key in observations}
+    extra = sorted(unused | (set(relative) - set(observations)))
+    if extra:
+        raise ValueError(f"the policy does not observe {extra}; remove them from {goal_option}")
+    held_relative = {
+        key: [entry.goal, entry.of] for key, entry in spec.entries("goal_minus_held").items() if entry.goal in goals
+    }
+    points = {e.of for e in spec.entries("held_point").values()} | {point for _, point in held_relative.values()}
+    held = {point: list(spec.held[point]) for point in sorted(points)}
 
-
-def _how_to_give(missing: list[str], obs_spec: dict, hw: RobotEnvConfig, goal: dict, goal_option: str) -> str:
-    """What to add for `missing` observation entries: tracked objects for an object's entries, fixed values
-    for the goals a task holds through an episode (and the goal an entry is measured against), and which
-    entries a robot cannot give at all (a fixed value for an entry that moves would be a wrong observation)."""
-    objects: list[str] = []
-    fixed: dict[str, int] = {}
+    objects: list[str] = []  # to track
+    fixed: dict[str, int] = {}  # goals to give
     unmeasured: list[str] = []
-    for key in missing:
-        name = _object_named(key)
-        if key in KNOWN_RELATIVE:
-            fixed[KNOWN_RELATIVE[key]] = obs_spec[key].shape[0]
-        elif key in HELD_RELATIVE:
-            fixed[HELD_RELATIVE[key][0]] = obs_spec[key].shape[0]
-        elif key in TASK_GOALS:
-            fixed[key] = obs_spec[key].shape[0]
-        elif name is None:
+    missing: list[str] = []
+    for key, entry in observations.items():
+        need_object = need_goal = None
+        if entry.source in ("joint_state", "kinematics"):
+            if ROBOT_STATE_KEYS.get((entry.source, entry.of)) != key:
+                unmeasured.append(key)
+        elif entry.source == "simulation":
             unmeasured.append(key)
-        else:
-            if name not in hw.objects and name not in objects:
-                objects.append(name)
-            against = re.fullmatch(rf"{name}_to_(\w+)", key)
-            if against and against.group(1) not in goal:
-                fixed[against.group(1)] = obs_spec[key].shape[0]
+        elif entry.source == "goal":
+            need_goal = None if key in goals else key
+        elif entry.source == "goal_minus_tool":
+            need_goal = None if key in relative else entry.goal
+        elif entry.source == "goal_minus_held":
+            need_goal = None if entry.goal in goals else entry.goal
+        elif entry.source == "object":
+            _check_object_entry(key, entry)
+            need_object = None if entry.of in hw.objects else entry.of
+            need_goal = entry.goal if entry.goal is not None and entry.goal not in goals else None
+        if need_object or need_goal:
+            missing.append(key)
+        if need_object and need_object not in objects:
+            objects.append(need_object)
+        if need_goal:
+            fixed[need_goal] = math.prod(needed_goals[need_goal])
+    if unmeasured or missing:
+        hint = _how_to_give(sorted(unmeasured), objects, fixed, hw, goal_option)
+        raise ValueError(
+            f"the policy observes {sorted({*unmeasured, *missing})}, which the robot does not measure: {hint}"
+        )
+    return {
+        "goal": goals,
+        "relative_goal": relative,
+        "held": held,
+        "held_relative": held_relative,
+        "goal_sampler": _goal_sampler(task_functions(spec).draw_goals, drawn) if drawn else None,
+    }
+
+
+def _check_object_entry(key: str, entry: ObsEntry) -> None:
+    """A robot env names a tracked object's entries as the simulated tasks do (robot_env.object_entries)."""
+    name = {"pos": f"{entry.of}_pos", "quat": f"{entry.of}_quat", "from_ee": f"to_{entry.of}"}.get(
+        entry.part, f"{entry.of}_to_{entry.goal}"
+    )
+    if key != name:
+        raise ValueError(
+            f"observations.{key}: a robot env gives object {entry.of!r}'s {entry.part} as {name!r}, not {key!r}"
+        )
+
+
+def _how_to_give(
+    unmeasured: list[str], objects: list[str], fixed: dict[str, int], hw: RobotEnvConfig, goal_option: str
+) -> str:
+    """What to add: tracked objects for an object's entries, fixed values for goals (and the goal an entry is
+    measured against); or which entries a robot cannot give at all (a fixed value for state that moves would be
+    a wrong observation)."""
     if unmeasured:
         return f"a robot does not measure {unmeasured} (state that moves, not a goal): this policy cannot run on it"
     hints = []
@@ -330,14 +337,14 @@ def _how_to_give(missing: list[str], obs_spec: dict, hw: RobotEnvConfig, goal: d
 
 def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any]:
     """Deploy `cfg.run`'s policy for `cfg.episodes` episodes (or until `cfg.duration` or `stop`); the summary."""
-    from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, JointState, PoseStamped
+    from robotrl.hardware.ros2.msgs import Bool, Float64MultiArray, JointState, PoseStamped  # lazy: extra ros
 
     cfg.validate()
     stop = stop or threading.Event()
-    agent, _, obs_spec, action_dim, facts = load_policy(cfg.run, cfg.device)
-    env = make_robot_env(cfg.hardware, obs_spec, action_dim, facts, cfg.goal, cfg.relative_goal, cfg.episode_steps)
+    agent, spec, checkpoint = load_policy(cfg.run, cfg.device)
+    env = make_robot_env(cfg.hardware, spec, cfg.goal, cfg.relative_goal, cfg.episode_steps)
     recorder = None
-    summary: dict[str, Any] = {"checkpoint": facts["checkpoint"], "control": facts["control"]}
+    summary: dict[str, Any] = {"checkpoint": checkpoint, "control": spec.control}
     steps = episodes = policy_errors = 0
     start = time.monotonic()
     try:
@@ -419,18 +426,10 @@ def _round(value: float) -> float:
 
 def register_config() -> None:
     """Registers `deploy_schema` with Hydra (done by main; tools that compose the config call it)."""
-    from hydra.core.config_store import ConfigStore
-
     ConfigStore.instance().store(name="deploy_schema", node=DeployConfig)
 
 
 def main() -> None:
-    import hydra
-    from omegaconf import DictConfig
-
-    from robotrl.cli_errors import reports_errors
-    from robotrl.config import strict_object
-
     register_config()
 
     @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="deploy")

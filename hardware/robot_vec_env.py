@@ -25,6 +25,7 @@ through the shield; this adds what a learner needs and a robot does not measure 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -33,9 +34,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from robotrl.tasks import deploy_spec_for, task_class, task_functions
 
+from robotrl.core.deploy_spec import DeploySpec, read_deploy_spec
 from robotrl.core.env import EnvCancelled, Obs, StepResult, check_action
 from robotrl.core.spec import TensorSpec
+from robotrl.safety import EStopLatchedError
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +123,9 @@ class RobotVecEnv:
             self._rng = np.random.default_rng(seed)
         for key, (low, high) in self.reward_cfg.goal_range.items():
             self.env.goal[key] = self._rng.uniform(low, high).astype(np.float32)
+        # lazy (start-up time): the robot env loads MuJoCo (kinematics) and the bridge; this module is the actor's
+        # config in simulation too
         from robotrl.hardware.robot_env import SceneResetError
-
-        from robotrl.safety import EStopLatchedError
 
         # an actor waits for its person as long as it takes (the scene put back, an e-stop pressed at the table
         # acknowledged) until its stop is set; deploy ends its session instead; without a stop, nothing waits
@@ -190,6 +194,10 @@ class ActorRobotConfig:
     reward: str = "auto"  # auto | goal_distance | task | classifier
     goal: dict[str, list[float]] = field(default_factory=dict)  # fixed goals, e.g. +robot.goal.target=[0.5,0,0.3]
     goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # per-episode boxes; {}: the task's draw
+    # The learner's deploy spec (its run directory, or the deploy_spec.json in it; robotrl/core/deploy_spec.py).
+    # null: made from the task config, nothing simulated, which serves every task but those holding points whose
+    # offsets are measured in simulation (peg_insert's peg tip)
+    deploy_spec: str | None = None
 
     def validate(self) -> None:
         if self.reward not in ("auto", *REWARDS):
@@ -198,19 +206,45 @@ class ActorRobotConfig:
             goal_box(f"robot.goal_range.{key}", box)
 
 
+def robot_deploy_spec(task_cfg, agent_cfg, robot: ActorRobotConfig) -> DeploySpec:
+    """The deploy spec an actor on a robot runs: `robot.deploy_spec` (the learner's), checked against this actor's
+    task config, or, without one, the task's own made from the config (nothing simulated)."""
+    frame_stack = getattr(agent_cfg, "frame_stack", 1)
+    held_sites = task_class(task_cfg.name).held_sites if hasattr(task_cfg, "name") else ()
+    if robot.deploy_spec is None:
+        if held_sites:
+            raise ValueError(
+                f"task {task_cfg.name!r} observes points the tool holds ({list(held_sites)}), whose offsets are "
+                "measured in simulation when a run starts: give robot.deploy_spec=<the learner's run directory>"
+            )
+        return deploy_spec_for(task_cfg, frame_stack)
+    spec = read_deploy_spec(robot.deploy_spec)
+    own = task_class(task_cfg.name).deploy_spec(task_cfg, frame_stack, {k: list(v) for k, v in spec.held.items()})
+    differ = [f.name for f in dataclasses.fields(DeploySpec) if getattr(spec, f.name) != getattr(own, f.name)]
+    if differ:
+        raise ValueError(
+            f"robot.deploy_spec={robot.deploy_spec}: it differs from this actor's task config in {differ}; run the "
+            "learner's task config here"
+        )
+    return spec
+
+
 def make_robot_vec_env(
     task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, classifier: bool, stop: threading.Event | None = None
 ) -> RobotVecEnv:
-    """The robot as the simulated task `task_cfg` sees it, for an actor whose agent is `agent_cfg`.
-    `classifier`: a learned reward classifier will wrap the env (hil.reward_classifier); `stop`: the actor's."""
-    from types import SimpleNamespace
-
-    from robotrl.hardware.deploy import make_robot_env, task_facts
+    """The robot as the simulated task `task_cfg` sees it, for an actor whose agent is `agent_cfg`, from the task's
+    deploy spec (`robot_deploy_spec`: nothing simulated is built). `classifier`: a learned reward classifier will
+    wrap the env (hil.reward_classifier); `stop`: the actor's."""
+    # lazy (start-up time): the robot env loads MuJoCo (kinematics) and the bridge; this module is the actor's
+    # config in simulation too
+    from robotrl.hardware.deploy import make_robot_env
 
     robot.validate()
-    facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task_cfg, agent=agent_cfg))
+    spec = robot_deploy_spec(task_cfg, agent_cfg, robot)
+    obs_spec = spec.obs_spec()
+    score = task_functions(spec).score
     # the task's own reward where the policy observes every entry it reads (not a pixel policy)
-    scorable = facts["score"] is not None and set(facts["score_reads"]) <= set(obs_spec)
+    scorable = score is not None and spec.scores_from_observations
     kind = "task" if robot.reward == "goal_distance" else robot.reward  # reach's rule, under its older name
     if kind == "auto":
         kind = "classifier" if classifier else "task"
@@ -218,8 +252,8 @@ def make_robot_vec_env(
         raise ValueError("robot.reward=classifier needs hil.reward_classifier=<robotrl-train-classifier output dir>")
     if kind == "task" and not scorable:
         why = (
-            f"its reward reads {facts['score_reads']}, which this policy does not all observe"
-            if facts["score"] is not None
+            f"its reward reads {list(spec.score_reads)}, which this policy does not all observe"
+            if spec.score_reads
             else "its reward needs state no observation holds (the fingers' contacts)"
         )
         raise ValueError(
@@ -242,16 +276,16 @@ def make_robot_vec_env(
             )
     for key, (low, high) in goal_range.items():  # a placeholder until reset() draws the first one
         goal.setdefault(key, [(a + b) / 2 for a, b in zip(low, high, strict=True)])
-    env = make_robot_env(hardware, obs_spec, action_dim, facts, goal, goal_option="robot.goal")
+    env = make_robot_env(hardware, spec, goal, goal_option="robot.goal")
     reward = RobotRewardConfig(
         kind=kind,
-        reads=list(facts["score_reads"]),
+        reads=list(spec.score_reads),
         # with a classifier, its verdict ends episodes (hil/reward_classifier.py), not the task's rule
         terminate_on_success=bool(getattr(task_cfg, "terminate_on_success", False)) and kind != "classifier",
         goal_range={k: v for k, v in goal_range.items() if k not in robot.goal},
     )
     try:
-        return RobotVecEnv(env, reward, facts["score"], stop)
+        return RobotVecEnv(env, reward, score, stop)
     except Exception:
         env.close()
         raise

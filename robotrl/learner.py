@@ -76,6 +76,7 @@ from robotrl.runtime.transport.service import LearnerService, LearnerSpec
 from robotrl.runtime.transport.storage import ReplayGroup, replay_factory
 from robotrl.runtime.transport.wal import WriteAheadLog
 from robotrl.runtime.transport.weights import WeightsBoard
+from robotrl.tasks import write_deploy_spec_for_run
 
 log = logging.getLogger(__name__)
 
@@ -454,6 +455,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     learner = Learner(learner_cfg, run_dir)
     if not saved.exists():
         save_run_config(cfg, run_dir)
+    write_deploy_spec_for_run(learner_cfg.task, learner_cfg.agent, run_dir)  # what a robot needs to run its policy
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

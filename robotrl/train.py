@@ -21,6 +21,7 @@ from robotrl.config import apply_backend, register_configs, to_train_config, typ
 from robotrl.runtime.loop import train
 from robotrl.runtime.run_config import read_run_config, run_config_file, save_run_config
 from robotrl.runtime.run_lock import hold_run_dir
+from robotrl.tasks import write_deploy_spec_for_run
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -70,6 +71,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     saved = cfg.copy()
     saved.resume = None
     save_run_config(saved, run_dir)
+    write_deploy_spec_for_run(train_cfg.task, train_cfg.agent, run_dir)  # what a robot needs to run its policy
     log.info("run directory: %s", run_dir.resolve())
     return train(train_cfg, run_dir, resume=bool(cfg.resume))
 

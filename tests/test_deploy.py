@@ -20,12 +20,13 @@ from omegaconf import OmegaConf
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl[ros]"')
 
-from robotrl.hardware.deploy import BagRecorder, DeployConfig, make_robot_env, run, task_facts
+from robotrl.hardware.deploy import BagRecorder, DeployConfig, make_robot_env, run
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.msgs import Bool
 from robotrl.hardware.ros2.qos import DEFAULT, LATCHED
 from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
+from robotrl.tasks import deploy_spec_for, write_deploy_spec_for_run
 
 from robotrl.agents import make_agent
 from robotrl.config import register_configs, to_train_config
@@ -38,9 +39,10 @@ RATE = 250.0
 SPEC = load_robot_spec("panda")
 
 
-def _untrained_run(run, overrides: list[str]):
-    """A robotrl-train run directory as train writes it: config.yaml and a checkpoint of an untrained
-    policy (deployment must not care how good it is)."""
+def _untrained_run(run, overrides: list[str], deploy_spec: bool = True):
+    """A robotrl-train run directory as train writes it: config.yaml, deploy_spec.json (unless `deploy_spec` is
+    false: a run from before deploy specs) and a checkpoint of an untrained policy (deployment must not care how
+    good it is)."""
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     OmegaConf.save(cfg, run / "config.yaml", resolve=True)
@@ -50,6 +52,8 @@ def _untrained_run(run, overrides: list[str]):
     agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
     env.close()
     save_checkpoint(run / "checkpoints", 100, agent, None, {"env_step": 100})
+    if deploy_spec:
+        write_deploy_spec_for_run(train_cfg.task, train_cfg.agent, run)
     return run
 
 
@@ -143,16 +147,16 @@ def test_deploy_runs_the_policy_through_the_shield_and_records_an_mcap_bag(run_d
 def test_deploy_refuses_a_policy_whose_observations_the_robot_cannot_give(run_dir):
     from robotrl.hardware.deploy import load_policy
 
-    _, _, obs_spec, action_dim, facts = load_policy(run_dir)
-    assert facts["control"] == "ee_delta" and set(obs_spec) >= {"arm_qpos", "target", "to_target"}
+    _, spec, _ = load_policy(run_dir)
+    assert spec.control == "ee_delta" and set(spec.observations) >= {"arm_qpos", "target", "to_target"}
     cfg = DeployConfig(run=str(run_dir), hardware=RobotEnvConfig(domain_id=187))
     # reach's target is not measured: given (+goal.target) it is fixed, else drawn each episode as in training
-    env = make_robot_env(cfg.hardware, obs_spec, action_dim, facts, cfg.goal)
+    env = make_robot_env(cfg.hardware, spec, cfg.goal)
     try:
         assert env.drawn_goals == ["target"] and env.relative_goal == {"to_target": "target"}
     finally:
         env.close()
-    env = make_robot_env(cfg.hardware, obs_spec, action_dim, facts, {"target": [0.5, 0.0, 0.3]})
+    env = make_robot_env(cfg.hardware, spec, {"target": [0.5, 0.0, 0.3]})
     try:
         assert env.drawn_goals == [] and env.goal["target"].tolist() == pytest.approx([0.5, 0.0, 0.3])
     finally:
@@ -172,9 +176,9 @@ def test_deploy_runs_a_frame_stacked_pixel_policy_on_the_twins_camera(tmp_path):
     run.mkdir()
     overrides = ["task=panda_reach", "task.obs=pixels", "task.cameras=[front]", "task.image_size=64"]
     _untrained_run(run, [*overrides, "agent=drqv2_light"])
-    _, _, obs_spec, _, facts = load_policy(run)
-    assert facts["frame_stack"] == 3 and set(obs_spec) == {"pixels_front"}
-    assert obs_spec["pixels_front"].shape == (9, 64, 64)
+    _, spec, _ = load_policy(run)
+    assert spec.frame_stack == 3 and set(spec.observations) == {"pixels_front"} and spec.cameras == ("front",)
+    assert spec.observations["pixels_front"].shape == (9, 64, 64)
     config = SimTwinConfig(rate_hz=RATE, domain_id=197, report_interval=0, cameras=["front"], camera_rate_hz=20.0)
     twin = SimTwin(config)
     thread = threading.Thread(target=twin.run, daemon=True)
@@ -184,6 +188,7 @@ def test_deploy_runs_a_frame_stacked_pixel_policy_on_the_twins_camera(tmp_path):
             "robotrl.hardware.deploy",
             f"run={run}",
             "hardware=sim_twin",
+            "hardware.cameras=[front]",
             "hardware.domain_id=197",
             f"hardware.control_rate_hz={RATE}",
             "hardware.max_image_age=0.5",
@@ -227,15 +232,14 @@ def test_the_bag_records_each_estop_message_once_from_latched_and_default_qos_pu
 def test_a_relative_frame_task_deploys_with_relative_frame_actions():
     """A policy trained with task.relative_frame=true thinks in the tool's start frame: the robot env must too
     (at the Panda's home pose the frame is ~180 deg about x, so otherwise y and z would be mirrored)."""
-    from types import SimpleNamespace
 
     from robotrl.tasks import TASK_CONFIGS
 
     for relative_frame in (True, False):
         task = TASK_CONFIGS["panda_reach"](name="panda_reach", relative_frame=relative_frame)
-        facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=task, agent=SimpleNamespace()))
-        assert facts["relative_frame"] is relative_frame and facts["control"] == "ee_delta"
-        env = make_robot_env(RobotEnvConfig(domain_id=209), obs_spec, action_dim, facts, {"target": [0.5, 0.0, 0.3]})
+        spec = deploy_spec_for(task)
+        assert spec.relative_frame is relative_frame and spec.control == "ee_delta"
+        env = make_robot_env(RobotEnvConfig(domain_id=209), spec, {"target": [0.5, 0.0, 0.3]})
         try:
             assert env.relative_frame is relative_frame
         finally:
@@ -251,7 +255,7 @@ def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
 
     (tmp_path / "run").mkdir()
     run_dir = _untrained_run(tmp_path / "run", ["task=panda_push", "agent.actor_hidden=[32,32]"])
-    _, _, obs_spec, action_dim, facts = load_policy(run_dir)
+    _, spec, _ = load_policy(run_dir)
     # in this process beside the twin: the watchdog gets five periods, as tests/test_robot_env.py explains
     shield = {"hold_after": 5 / RATE, "workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
     hardware = RobotEnvConfig(domain_id=212, control_rate_hz=RATE, shield=shield)
@@ -261,9 +265,9 @@ def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
         r"frame, on /objects/puck/pose\)$"
     )
     with pytest.raises(ValueError, match=hint):  # the goal is not asked for: it is drawn around the puck
-        make_robot_env(hardware, obs_spec, action_dim, facts)
+        make_robot_env(hardware, spec)
     hardware.objects = ["puck"]
-    env = make_robot_env(hardware, obs_spec, action_dim, facts)
+    env = make_robot_env(hardware, spec)
     try:  # each reset waits for the puck in push's start box and draws the goal around it, as simulation does
         assert env.drawn_goals == ["goal"] and list(env.start_regions) == ["puck"]
         box = [[0.40, -0.15, 0.005], [0.55, 0.15, 0.035]]  # resting on the table (centre 2 cm up, 1.5 cm either way)
@@ -308,7 +312,7 @@ def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
         twin.close()
     assert summary["steps"] == 20 and summary["policy_errors"] == 0
     # push never commands its gripper: the fingers stay shut as in simulation (the reset used to open them)
-    assert facts["gripper_hold"] == SPEC.gripper.closed and (fingers < 0.005).all(), fingers
+    assert spec.gripper_hold == SPEC.gripper.closed and (fingers < 0.005).all(), fingers
     assert summary.get("stale_observations", 0) == 0 and summary.get("bad_object_pose", 0) == 0
     poses = []
     with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as reader:
@@ -332,19 +336,19 @@ def test_a_held_peg_tip_follows_the_tool_by_kinematics_and_the_peg_goes_in_on_th
     from robotrl.tasks.panda_peg_insert import HOLE_HALF_WIDTH, INSERT_DEPTH, PandaPegInsert
 
     peg = ArmTaskConfig(name="panda_peg_insert")
-    facts, obs_spec, action_dim = task_facts(types.SimpleNamespace(task=peg, agent=types.SimpleNamespace()))
-    np.testing.assert_allclose(facts["held"]["peg_tip"], [0.0, 0.0, 0.06], atol=1e-4)
+    spec = deploy_spec_for(peg)  # the peg tip's offset measured in peg_insert's scene
+    np.testing.assert_allclose(spec.held["peg_tip"], [0.0, 0.0, 0.06], atol=1e-4)
     shield = {"hold_after": 5 / RATE, "workspace_min": [0.1, -0.6, 0.0], "workspace_max": [0.8, 0.6, 0.9]}
     hardware = RobotEnvConfig(domain_id=216, control_rate_hz=RATE, shield=shield)
     with pytest.raises(ValueError, match=r"observes \['hole', 'tip_to_hole'\].*give \+goal\.hole=\[x,y,z\]$"):
-        make_robot_env(hardware, obs_spec, action_dim, facts)
+        make_robot_env(hardware, spec)
     twin = SimTwin(
         SimTwinConfig(rate_hz=RATE, domain_id=216, report_interval=0, model=str(ASSETS / "panda_peg_insert.xml"))
     )
     thread = threading.Thread(target=twin.run, daemon=True)
     thread.start()
     hole = [0.5, 0.0, 0.04]  # the scene's hole: its rim's centre
-    env = make_robot_env(hardware, obs_spec, action_dim, facts, {"hole": hole})
+    env = make_robot_env(hardware, spec, {"hole": hole})
     try:
         env.reset()
         tip_site = mujoco.mj_name2id(twin.model, mujoco.mjtObj.mjOBJ_SITE, "peg_tip")

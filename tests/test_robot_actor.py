@@ -231,19 +231,28 @@ def test_the_push_expert_pushes_the_tracked_puck_to_its_goal_on_the_twin():
             env.close()
 
 
-def test_peg_insertion_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_held_peg():
-    """peg_insert on a robot: the peg's tip by kinematics, the hole given, the task's own score; its scripted
-    expert, fed the robot's observation, inserts the peg on the twin and the score calls it a success."""
+def test_peg_insertion_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_held_peg(tmp_path):
+    """peg_insert on a robot: the peg's tip by kinematics (its offset from the learner's deploy spec, measured in
+    simulation when the run started; without one the actor is refused by name), the hole given, the task's own
+    score; its scripted expert, fed the robot's observation, inserts the peg on the twin and the score calls it
+    a success."""
     import types
 
+    from robotrl.tasks import deploy_spec_for
     from robotrl.tasks.panda_peg_insert import PandaPegInsert
 
+    from robotrl.core.deploy_spec import write_deploy_spec
+
     peg = ArmTaskConfig(name="panda_peg_insert")
+    hole = [0.5, 0.0, 0.04]  # the scene's hole
+    with pytest.raises(ValueError, match=r"\['peg_tip'\].*give robot\.deploy_spec=<the learner's run directory>"):
+        make_robot_vec_env(peg, SMALL_SAC, hardware(217), ActorRobotConfig(goal={"hole": hole}), classifier=False)
+    write_deploy_spec(deploy_spec_for(peg), tmp_path)  # as robotrl-learner writes it into its run directory
     with TwinThread(217, model=str(ASSETS / "panda_peg_insert.xml")):
         cfg = hardware(217)
         cfg.shield = {**cfg.shield, "workspace_min": [0.1, -0.6, 0.0]}
-        hole = [0.5, 0.0, 0.04]  # the scene's hole
-        env = make_robot_vec_env(peg, SMALL_SAC, cfg, ActorRobotConfig(goal={"hole": hole}), classifier=False)
+        robot = ActorRobotConfig(goal={"hole": hole}, deploy_spec=str(tmp_path))
+        env = make_robot_vec_env(peg, SMALL_SAC, cfg, robot, classifier=False)
         try:
             assert env.reward_cfg.kind == "task" and env.reward_cfg.reads == ["peg_tip", "hole"]
             obs = env.reset(seed=0)
@@ -271,16 +280,17 @@ def test_the_pick_expert_lifts_the_tracked_cube_on_the_twin():
     a learned classifier (its reward needs contacts), so the physics says whether it worked."""
     import types
 
-    from robotrl.hardware.deploy import make_robot_env, task_facts
+    from robotrl.hardware.deploy import make_robot_env
+    from robotrl.tasks import deploy_spec_for
     from robotrl.tasks.panda_pick_cube import CUBE_HALF, LIFT_HEIGHT, PandaPickCube
 
     pick = ArmTaskConfig(name="panda_pick_cube")
-    facts, obs_spec, action_dim = task_facts(types.SimpleNamespace(task=pick, agent=SMALL_SAC))
+    spec = deploy_spec_for(pick)
     with TwinThread(220, model=str(ASSETS / "panda_pick_cube.xml"), objects=["cube"]) as twin:
         cfg = hardware(220)
         cfg.objects, cfg.scene_timeout, cfg.scene_settle = ["cube"], 5.0, 0.2
         cfg.shield = {**cfg.shield, "workspace_min": [0.1, -0.6, 0.0]}  # the fingers reach down to the cube
-        env = make_robot_env(cfg, obs_spec, action_dim, facts)
+        env = make_robot_env(cfg, spec)
         try:
             assert env.gripper_action and list(env.start_regions) == ["cube"]
             obs, _ = env.reset(seed=0)

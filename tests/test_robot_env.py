@@ -702,17 +702,16 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
     """Between robot episodes a person puts the puck back. Reset, once home, waits for it inside push's start
     box and still there, refuses by name when it is not within scene_timeout, and draws the episode's goal
     around where the puck is, as simulation draws it (10-20 cm away, inside the goal box)."""
-    from types import SimpleNamespace
-
-    from robotrl.hardware.deploy import make_robot_env, task_facts
+    from robotrl.hardware.deploy import make_robot_env
     from robotrl.hardware.robot_env import SceneResetError
+    from robotrl.tasks import deploy_spec_for
     from robotrl.tasks.configs import ArmTaskConfig
     from robotrl.tasks.panda_push import GOAL_XY_HIGH, GOAL_XY_LOW
 
     from robotrl.core.env import EnvCancelled
     from robotrl.safety import EStopLatchedError
 
-    facts, obs_spec, action_dim = task_facts(SimpleNamespace(task=ArmTaskConfig(name="panda_push"), agent=None))
+    spec = deploy_spec_for(ArmTaskConfig(name="panda_push"))
     twin_cfg = SimTwinConfig(
         rate_hz=RATE, domain_id=218, report_interval=0, model=str(ASSETS / "panda_push.xml"), objects=["puck"]
     )
@@ -722,7 +721,7 @@ def test_reset_waits_for_the_puck_in_its_start_region_and_draws_the_goal_around_
     hardware = RobotEnvConfig(domain_id=218, control_rate_hz=RATE, connect_timeout=5.0, reset_timeout=10.0)
     hardware.shield = {**WORKSPACE, "hold_after": HOLD_AFTER}
     hardware.objects, hardware.scene_timeout, hardware.scene_settle = ["puck"], 1.0, 0.2
-    env = make_robot_env(hardware, obs_spec, action_dim, facts)
+    env = make_robot_env(hardware, spec)
     try:
         twin.place_object("puck", [0.70, 0.0, 0.02])  # left where a push ended, beyond the start box
         start = time.monotonic()
