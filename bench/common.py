@@ -23,19 +23,102 @@ REPO = Path(__file__).resolve().parents[1]
 LOCOMOTION = ["learning_starts=100", "agent.init_alpha=1.0", "agent.log_std_min=-20"]
 
 
-def parse_args(description: str, extra=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+def parse_args(
+    description: str, extra=None, overrides: bool = False, sides: tuple[str, ...] = (), argv: list[str] | None = None
+) -> argparse.Namespace:
+    """The bench's options. A bench that trains takes `overrides=True`: positional Hydra overrides for every run it
+    trains, as robotrl-train takes them (`agent.chunk_len=5 her_ratio=0.8 ...`), in `args.overrides`; each of
+    `sides` (the arms a comparative bench trains, e.g. "sac", "chunk") adds a repeatable `--<side> OVERRIDE` for
+    that arm's runs alone, in `args.<side>` (dashes as underscores). Options and overrides may be interleaved."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smaller run (about a minute), same JSON keys")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads for both sides")
     parser.add_argument("--save", action="store_true", help="also append the JSON line to bench/results/")
+    if overrides:
+        parser.add_argument(
+            "overrides",
+            nargs="*",
+            metavar="OVERRIDE",
+            help="Hydra overrides for every run this bench trains, as robotrl-train takes them",
+        )
+    for side in sides:
+        parser.add_argument(
+            f"--{side}",
+            action="append",
+            default=[],
+            metavar="OVERRIDE",
+            help=f"a Hydra override for the {side} runs alone (repeatable); wins over the positional ones",
+        )
     if extra:
         extra(parser)
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args(argv)
+    for name in ("overrides", *(side.replace("-", "_") for side in sides)):
+        for override in getattr(args, name, None) or []:
+            if not override.startswith("~") and "=" not in override:
+                parser.error(f"{override!r} is not a Hydra override: give key=value (e.g. agent.chunk_len=5)")
     os.environ.setdefault("MUJOCO_GL", "egl")
     import torch
 
     torch.set_num_threads(args.threads)
     return args
+
+
+def override_key(override: str) -> str:
+    """The key a Hydra override sets: `agent.chunk_len=5` -> agent.chunk_len, `+x=1`, `++x=1` and `~x` -> x,
+    `agent=chunk` -> agent (the group)."""
+    return override.partition("=")[0].lstrip("+~")
+
+
+def merge_overrides(*lists: list[str] | tuple[str, ...]) -> list[str]:
+    """The overrides of `lists`, in order, one per key: where a key comes again, the later one wins and the
+    earlier is dropped (a bench's defaults first, then what it was given). Hydra's compose takes a repeated
+    key and keeps the last too, but a run's recorded overrides would then hold both: one per key keeps them
+    what the run ran. Without a repeated key the result is the concatenation."""
+    merged = [override for overrides in lists for override in overrides]
+    seen: set[str] = set()
+    kept = []
+    for override in reversed(merged):
+        key = override_key(override)
+        if key not in seen:
+            seen.add(key)
+            kept.append(override)
+    return kept[::-1]
+
+
+def refuse_keys(overrides: list[str], keys: dict[str, str], where: str = "") -> None:
+    """Exit naming the override if one of `overrides` sets a key of `keys` ({key: what sets it instead}): the
+    settings a bench compares or counts by (the agent of an arm, the steps, the seed) are its own options."""
+    for override in overrides:
+        key = override_key(override)
+        if key in keys:
+            raise SystemExit(f"{where}{override}: {key} is set by the bench ({keys[key]}), not by an override")
+
+
+def compose_config(overrides: list[str]):
+    """The config `robotrl-train <overrides>` composes (Hydra's compose API, robotrl.configs), unchecked."""
+    from hydra import compose, initialize_config_module
+
+    from robotrl.config import register_configs
+
+    register_configs()
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def train_config(overrides: list[str], run: str = "run", hint: str = ""):
+    """The validated TrainConfig that `robotrl-train <overrides>` would run (agent and task as their
+    dataclasses, interpolations resolved): a bench composes each run's overrides once before it starts any,
+    and reads the settings it reports from here. An unknown key or a bad value exits naming it and `run`
+    (and `hint`, where the bench has one)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from robotrl.config import to_train_config
+
+    try:
+        return to_train_config(compose_config(overrides))
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise SystemExit(f"{run}: bad override: {e}{hint}") from None
 
 
 def cpu() -> dict:

@@ -32,7 +32,7 @@ def kept_run(stamp_name: str, run_dir: Path, overrides: list[str], code: str | N
     return run_dir
 
 
-OVERRIDES = ["task=panda_push", "agent=chunk", "seed=1", "total_steps=30000"]
+OVERRIDES = ["task=panda_push", "agent=chunk", "log_interval=${eval_interval}", "seed=1", "total_steps=30000"]
 
 
 def test_a_finished_run_of_the_same_overrides_and_code_is_read_again(chunk_vs_sac, tmp_path):
@@ -110,3 +110,19 @@ def test_sustained_success_needs_the_threshold_held_over_five_evaluations(chunk_
     steady = [{s: 1.0 for s in range(1000, 6000, 1000)}, {s: 0.6 for s in range(1000, 6000, 1000)}]
     assert chunk_vs_sac.steps_to_sustained_success(steady, 0.8) == 5000
     assert chunk_vs_sac.steps_to_sustained_success([{1000: 1.0, 2000: 1.0}], 0.8) is None  # under five evaluations
+
+
+def test_a_kept_run_matches_the_overrides_the_bench_starts_it_with(chunk_vs_sac, tmp_path):
+    """The overrides a run is started with, as Hydra records them, are those the bench compares a kept run
+    against: the same options and overrides find it again, another --chunk override does not."""
+    args = chunk_vs_sac.options(["--quick", "--workdir", str(tmp_path), "--chunk", "agent.chunk_len=3"])
+    overrides = chunk_vs_sac.run_overrides("chunk", "panda_reach", 1, args, tmp_path, -9.0)
+    code = chunk_vs_sac.source_digest()
+    run_dir = kept_run(chunk_vs_sac.CODE_STAMP, tmp_path / "run", overrides, code)
+    assert chunk_vs_sac.finished_run(
+        run_dir, chunk_vs_sac.run_overrides("chunk", "panda_reach", 1, args, tmp_path, -9.0), code
+    )
+    other = chunk_vs_sac.options(["--quick", "--chunk", "agent.chunk_len=2"])
+    assert not chunk_vs_sac.finished_run(
+        run_dir, chunk_vs_sac.run_overrides("chunk", "panda_reach", 1, other, tmp_path, -9.0), code
+    )
