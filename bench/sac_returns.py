@@ -2,7 +2,7 @@
 both run by this script on the same machine.
 
     python bench/sac_returns.py [--quick] [--envs HalfCheetah-v5,Hopper-v5] [--seeds 2] [--first-seed 1]
-                                [--jobs 2] [--robotrl-override key=value ...] [--save]
+                                [--steps 100000] [--jobs 2] [--save] [OVERRIDE ...]
 
 Every (library, env, seed) run is its own process on one thread, `--jobs` of them side by side (one per
 core), so a 100k-step pair costs about 25 minutes of wall-clock on two cores instead of 50.
@@ -12,8 +12,11 @@ Figures per env: mean deterministic evaluation return (10 episodes) per seed for
 positive-return tasks). Full run: 100k steps on HalfCheetah-v5 and Hopper-v5; --quick: 3k steps on
 Pendulum-v1 (ratio is then computed on -return, since Pendulum returns are negative: higher is better).
 
-robotrl runs `robotrl-train task=gym` with its defaults plus `--robotrl-override`s; on these locomotion
-tasks those are LOCOMOTION (bench/common.py), recorded in the JSON line.
+robotrl runs `robotrl-train task=gym` with LOCOMOTION (bench/common.py: learning_starts=100 agent.init_alpha=1.0
+agent.log_std_min=-20) and then the positional OVERRIDEs, Hydra overrides as robotrl-train takes them
+(`agent.init_alpha=0.1` undoes one, `agent.batch_size=512` adds one; a later one wins over an earlier one of the
+same key); `robotrl_overrides` in the JSON line records the list the runs got. Every run's overrides are composed
+before any run starts: an unknown key or a bad value fails naming it. SB3's side keeps its defaults.
 """
 
 from __future__ import annotations
@@ -25,20 +28,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import LOCOMOTION, emit, parse_args, run_logged
+from common import LOCOMOTION, emit, merge_overrides, parse_args, refuse_keys, run_logged, train_config
+
+# What the bench's own options set: an override of one of these keys exits naming the option.
+BENCH_KEYS = {"task": "task=gym", "task.env_id": "--envs", "seed": "--seeds, --first-seed", "total_steps": "--steps"}
 
 
-def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], workdir: Path) -> float:
-    run_dir = workdir / f"robotrl_{env_id}_s{seed}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "robotrl.train",
+def run_overrides(env_id: str, steps: int, seed: int, overrides: list[str]) -> list[str]:
+    """One robotrl run's overrides, one per key: the bench's defaults, then `overrides` (each later one winning)."""
+    defaults = [
         "task=gym",
         f"task.env_id={env_id}",
         f"seed={seed}",
         f"total_steps={steps}",
-        f"learning_starts={min(5_000, steps // 10)}",  # an override may replace it: Hydra takes the last value
+        f"learning_starts={min(5_000, steps // 10)}",
         "eval_interval=1000000000",
         "eval_episodes=10",
         "checkpoint_interval=1000000000",
@@ -46,10 +49,14 @@ def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], wor
         "threads=1",
         "video=false",
         "progress=false",
-        *overrides,
-        f"hydra.run.dir={run_dir}",
     ]
-    run_logged(cmd, run_dir.with_suffix(".log"))
+    return merge_overrides(defaults, overrides)
+
+
+def robotrl_return(env_id: str, steps: int, seed: int, overrides: list[str], workdir: Path) -> float:
+    run_dir = workdir / f"robotrl_{env_id}_s{seed}"
+    cmd = [sys.executable, "-m", "robotrl.train", *run_overrides(env_id, steps, seed, overrides)]
+    run_logged([*cmd, f"hydra.run.dir={run_dir}"], run_dir.with_suffix(".log"))
     return json.loads((run_dir / "summary.json").read_text())["eval/return"]
 
 
@@ -84,15 +91,17 @@ def main() -> None:
         p.add_argument("--steps", type=int, default=100_000)
         p.add_argument("--envs", default="HalfCheetah-v5,Hopper-v5")
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
-        p.add_argument("--robotrl-override", action="append", default=None, help="key=value for robotrl-train")
 
-    args = parse_args(__doc__, extra)
+    args = parse_args(__doc__, extra, overrides=True)
     envs, steps, seeds = args.envs.split(","), args.steps, range(args.first_seed, args.first_seed + args.seeds)
     if args.quick:
         envs, steps, seeds = ["Pendulum-v1"], 3_000, range(1, 2)
-    overrides = LOCOMOTION if args.robotrl_override is None else args.robotrl_override
     if args.jobs < 1:
         raise SystemExit(f"--jobs must be >= 1, got {args.jobs}")
+    refuse_keys(args.overrides, BENCH_KEYS)
+    overrides = merge_overrides(LOCOMOTION, args.overrides)
+    for env_id in envs:  # every run's overrides composed before any starts: a bad one fails naming it
+        train_config(run_overrides(env_id, steps, seeds[0], overrides), f"robotrl {env_id} run")
     figures: dict = {"steps": steps, "seeds": list(seeds), "robotrl_overrides": overrides}
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         workdir = Path(tmp)
