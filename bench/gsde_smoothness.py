@@ -16,10 +16,22 @@ Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, and p
 judged on success, or on return where the Gaussian run has no success at all (short runs).
 Top level: smoothness_ratio is the largest over envs, perf_ratio the smallest.
 Goal: smoothness_ratio <= 0.33 with perf_ratio >= 0.95.
-`--smoothness-weight W` gives both arms agent.smoothness_weight=W (the actor's temporal smoothness term,
-CAPS): exploration noise cannot smooth a policy whose own actions switch every step, as HalfCheetah's do.
-`--gsde-set KEY=VALUE ...` changes the gSDE arm alone (a variant against the same Gaussian runs), e.g. SB3's
-SAC settings: agent.clip_mean=2 agent.learn_features=true agent.use_expln=false agent.log_std_init=-3.
+
+    python bench/gsde_smoothness.py [--quick] [--envs panda_reach,HalfCheetah-v5]
+                                    [--steps panda_reach=20000,HalfCheetah-v5=100000] [--seeds 2] [--jobs 2]
+                                    [--save] [OVERRIDE ...] [--gsde OVERRIDE ...] [--gaussian OVERRIDE ...]
+
+Agent settings are Hydra overrides, as robotrl-train takes them, winning over the bench's (a later one over an
+earlier one of the same key): positional ones reach both arms, e.g. `agent.smoothness_weight=10` (the actor's
+temporal smoothness term, CAPS: exploration noise cannot smooth a policy whose own actions switch every step,
+as HalfCheetah's do) or `agent.sde_sample_freq=4`; `--gsde OVERRIDE` (repeatable) the gSDE arm alone (a variant
+against the same Gaussian runs), e.g. SB3's SAC settings: `--gsde agent.clip_mean=2 --gsde agent.learn_features=true
+--gsde agent.use_expln=false --gsde agent.log_std_init=-3`; `--gaussian OVERRIDE` the Gaussian arm alone.
+agent.exploration is what the arms compare, and the task, seed and steps are the bench's options: overriding
+them exits. Every run's overrides are composed before any run starts, so an unknown key or a bad value fails
+naming it. The JSON line records `sde_sample_freq` and `smoothness_weight` as the composed configs hold them
+(`{"gaussian": ..., "gsde": ...}` where the arms differ), and the overrides given (`overrides`, `gsde_set`,
+`gaussian_set`).
 Full run: panda_reach 20k env steps, HalfCheetah-v5 100k, 2 seeds (about an hour on 2 cores with --jobs 2).
 --quick: 1.6k steps on each env, 1 seed, small networks: the same keys within about a minute.
 """
@@ -34,47 +46,50 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import LOCOMOTION, emit, parse_args, train_sac
+from common import LOCOMOTION, emit, merge_overrides, parse_args, refuse_keys, train_config, train_sac
 
 EXPLORATIONS = ("gaussian", "gsde")
 SMOOTHNESS_KEYS = ("action_sq_diff", "action_high_freq_share")
+QUICK_SIZE = ["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"]
+# What the arms compare and the bench's own options set: an override of one of these keys exits naming it.
+BENCH_KEYS = {
+    "agent": "SAC in both arms",
+    "agent.exploration": "what the arms compare",
+    "task": "--envs",
+    "task.env_id": "--envs",
+    "seed": "--seeds",
+    "total_steps": "--steps",
+}
 
 
-def train_once(
-    env: str,
-    exploration: str,
-    steps: int,
-    seed: int,
-    sample_freq: int,
-    smoothness_weight: float,
-    quick: bool,
-    extra: tuple[str, ...] = (),
-) -> dict:
-    """One SAC run on one thread (its own process under --jobs); its training-time action smoothness and
-    final evaluation."""
-    from robotrl.runtime.metrics import read_metrics
-
+def run_overrides(env: str, exploration: str, steps: int, seed: int, quick: bool, given: list[str]) -> list[str]:
+    """One run's overrides, one per key: the env's and the bench's settings, then `given` (the overrides for every
+    run and the arm's own, each later one winning), then the arm's exploration, the seed and the steps."""
     if env == "panda_reach":
         task = ["task=panda_reach", f"learning_starts={500 if quick else min(5_000, steps // 10)}"]
     elif quick:
         task = ["task=gym", f"task.env_id={env}", "task.max_episode_steps=200", "learning_starts=500"]
     else:
         task = ["task=gym", f"task.env_id={env}", *LOCOMOTION]
-    overrides = [
+    defaults = [
         *task,
-        f"agent.exploration={exploration}",
-        f"agent.sde_sample_freq={sample_freq}",
-        f"agent.smoothness_weight={smoothness_weight}",
-        *(["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"] if quick else []),
-        *extra,
-        f"seed={seed}",
-        f"total_steps={steps}",
+        *(QUICK_SIZE if quick else []),
         f"log_interval={200 if quick else 1_000}",
         "eval_interval=1000000000",
         f"eval_episodes={2 if quick else 10}",
         "checkpoint_replay=false",
         "threads=1",
     ]
+    return merge_overrides(
+        defaults, given, [f"agent.exploration={exploration}", f"seed={seed}", f"total_steps={steps}"]
+    )
+
+
+def train_once(overrides: list[str]) -> dict:
+    """One SAC run of `overrides` (run_overrides) on one thread (its own process under --jobs); its
+    training-time action smoothness and final evaluation."""
+    from robotrl.runtime.metrics import read_metrics
+
     with tempfile.TemporaryDirectory() as tmp:
         summary = train_sac(Path(tmp), *overrides)
         series = read_metrics(Path(tmp) / "metrics.csv")
@@ -123,23 +138,9 @@ def main() -> None:
         p.add_argument("--seeds", type=int, default=2)
         p.add_argument("--envs", default="panda_reach,HalfCheetah-v5")
         p.add_argument("--steps", default="panda_reach=20000,HalfCheetah-v5=100000", help="env=steps,...")
-        p.add_argument("--sde-sample-freq", type=int, default=8)
-        p.add_argument(
-            "--smoothness-weight",
-            type=float,
-            default=0.0,
-            help="both arms' agent.smoothness_weight (the actor's temporal smoothness term; 0: none)",
-        )
-        p.add_argument(
-            "--gsde-set",
-            nargs="*",
-            default=[],
-            metavar="KEY=VALUE",
-            help="Hydra overrides for the gSDE arm alone (agent.clip_mean=2 agent.log_std_init=-3 ...)",
-        )
         p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each")
 
-    args = parse_args(__doc__, extra)
+    args = parse_args(__doc__, extra, overrides=True, sides=EXPLORATIONS)
     envs = args.envs.split(",")
     steps = {k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))}
     seeds = args.seeds
@@ -150,34 +151,33 @@ def main() -> None:
         raise SystemExit(f"--steps names no step count for {', '.join(missing)}")
     if args.jobs < 1:
         raise SystemExit(f"--jobs must be >= 1, got {args.jobs}")
-    not_overrides = [item for item in args.gsde_set if "=" not in item]
-    if not_overrides:
-        raise SystemExit(f"--gsde-set takes KEY=VALUE overrides, got {', '.join(not_overrides)}")
+    given = {e: merge_overrides(args.overrides, getattr(args, e)) for e in EXPLORATIONS}
+    for e in EXPLORATIONS:
+        refuse_keys(given[e], BENCH_KEYS, where=f"{e}: ")
+    overrides = {
+        (env, e, s): run_overrides(env, e, steps[env], s, args.quick, given[e])
+        for env in envs
+        for e in EXPLORATIONS
+        for s in range(1, seeds + 1)
+    }
+    # every run's overrides composed before any starts: a bad one fails naming it; the figures read from these
+    agents = {e: train_config(overrides[envs[0], e, 1], f"{envs[0]} {e} run").agent for e in EXPLORATIONS}
+    for env in envs[1:]:
+        for e in EXPLORATIONS:
+            train_config(overrides[env, e, 1], f"{env} {e} run")
+    weights = {e: agents[e].smoothness_weight for e in EXPLORATIONS}
     figures: dict = {
         "seeds": seeds,
-        "sde_sample_freq": args.sde_sample_freq,
-        "smoothness_weight": args.smoothness_weight,
+        "sde_sample_freq": agents["gsde"].sde_sample_freq,
+        "smoothness_weight": weights["gsde"] if len(set(weights.values())) == 1 else weights,
         "jobs": args.jobs,
-        **({"gsde_set": args.gsde_set} if args.gsde_set else {}),
+        **({"overrides": args.overrides} if args.overrides else {}),
+        **({"gsde_set": args.gsde} if args.gsde else {}),
+        **({"gaussian_set": args.gaussian} if args.gaussian else {}),
     }
     # spawn: each run starts a fresh interpreter (no torch thread pool or MuJoCo context inherited by fork)
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = {
-            (env, e, s): pool.submit(
-                train_once,
-                env,
-                e,
-                steps[env],
-                s,
-                args.sde_sample_freq,
-                args.smoothness_weight,
-                args.quick,
-                tuple(args.gsde_set) if e == "gsde" else (),
-            )
-            for env in envs
-            for e in EXPLORATIONS
-            for s in range(1, seeds + 1)
-        }
+        runs = {key: pool.submit(train_once, run) for key, run in overrides.items()}
         for env in envs:
             results = {e: [runs[env, e, s].result() for s in range(1, seeds + 1)] for e in EXPLORATIONS}
             figures[env] = compare(env, results, steps[env])
