@@ -65,11 +65,11 @@ def train_reach(root: Path, steps: int, seed: int, genesis_envs: int) -> dict[st
 
 def train_pick(root: Path, steps: int, seed: int) -> dict[str, float]:
     """The HIL run of bench/hil_pick.py with each backend, side by side, into root/<backend>."""
-    from hil_pick import HIL, start_run
+    from hil_pick import HIL, LEARNER, TASK, start_run
 
     demos = root / "demos"
     record_scripted_demos("panda_pick_cube", demos, 10, seed, reward="sparse")
-    common = [f"seed={seed}", f"total_steps={steps}", "learning_starts=1000", f"eval_interval={steps}"]
+    common = [*TASK, *LEARNER, f"seed={seed}", f"total_steps={steps}", "learning_starts=1000", f"eval_interval={steps}"]
     common += ["eval_episodes=5", f"checkpoint_interval={steps}", "progress=false", "video=false", "threads=1"]
     common += [f"hil.demos=[{demos}]", "hil.operator=scripted", *(f"{k}={v}" for k, v in HIL.items())]
     start = time.monotonic()

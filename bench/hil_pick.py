@@ -1,13 +1,23 @@
 """HIL-SERL's claim on panda_pick_cube (sparse reward): RL with 10 demonstrations and an operator who
 takes over, against the same learner with neither and against behaviour cloning on the same demos.
 
-    python bench/hil_pick.py [--quick] [--steps N] [--save]
+    python bench/hil_pick.py [--quick] [--steps N] [--demos 10] [--seed 1] [--eval-episodes N] [--bc-updates N]
+                             [--save] [OVERRIDE ...] [--hil OVERRIDE ...] [--no-hil OVERRIDE ...]
+
+Settings of the two RL runs are Hydra overrides, as robotrl-train takes them, winning over the bench's (a later one
+over an earlier one of the same key): positional ones reach both (`eval_interval=1000 agent.utd_ratio=4`), `--hil
+OVERRIDE` (repeatable) the HIL run alone (`--hil agent.bc_q_filter=false --hil agent.target_entropy=-4`), `--no-hil
+OVERRIDE` the run with neither alone. The seed, the steps and the demos are the bench's options, and the demos and
+the operator are what the runs compare: overriding them exits. Every run's overrides are composed before any run
+starts, so an unknown key or a bad value fails naming it. Behaviour cloning (robotrl/agents/bc.py, `--bc-updates`)
+takes none of them. The JSON line records `hil_settings` (HIL's own settings, --hil overrides applied),
+`overrides` and `no_hil_overrides`.
 
 1. Records `--demos` scripted demonstrations (robotrl-record teleop=scripted).
 2. Trains SAC (RLPD-style: layer-normed critics, 50/50 online/offline batches, a Q-filtered BC term of
    weight 10, 3-step returns, target entropy -12, episodes ending at the first success as in HIL-SERL) with the demos
    and the scripted operator (robotrl/hil/scripted_operator.py), and the same SAC with neither, side by side
-   (one core each), evaluating every `--eval-interval` env steps.
+   (one core each), evaluating every `eval_interval` env steps (an override; 2000, quick 1500).
 3. Trains behaviour cloning (robotrl/agents/bc.py) on the demos.
 4. Evaluates the three final policies on the same `--eval-episodes` seeded episodes.
 
@@ -30,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, emit, parse_args, record_scripted_demos
+from common import REPO, emit, merge_overrides, parse_args, record_scripted_demos, refuse_keys, train_config
 
 TASK = ["task=panda_pick_cube", "task.reward=sparse", "task.terminate_on_success=true"]
 LEARNER = [
@@ -52,15 +62,19 @@ LEARNER = [
 HIL = {"agent.bc_weight": "10.0", "agent.n_step": "3", "agent.bc_q_filter": "true", "agent.target_entropy": "-12"}
 
 
+# The bench's own options and what the runs compare: an override of one of these keys exits naming it.
+BENCH_KEYS = {
+    "seed": "--seed",
+    "total_steps": "--steps",
+    "checkpoint_interval": "--steps: one checkpoint, at the end",
+    "hil.demos": "--demos, the HIL run's alone",
+    "hil.operator": "the scripted operator, the HIL run's alone",
+}
+
+
 def hil_overrides(extra: list[str]) -> list[str]:
-    """HIL's settings, each replaced by an `--hil-override` of the same key."""
-    settings = dict(HIL)
-    for override in extra:
-        key, sep, value = override.partition("=")
-        if not sep:
-            raise SystemExit(f"--hil-override takes key=value, got {override!r}")
-        settings[key] = value
-    return [f"{key}={value}" for key, value in settings.items()]
+    """HIL's settings, each replaced by a `--hil` override of the same key, and the other `--hil` overrides."""
+    return merge_overrides([f"{key}={value}" for key, value in HIL.items()], extra)
 
 
 def same_learner() -> list[str]:
@@ -72,16 +86,17 @@ def same_learner() -> list[str]:
 def extra_args(parser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="env steps of each RL run")
     parser.add_argument("--demos", type=int, default=10)
-    parser.add_argument("--eval-interval", type=int, default=None)
-    parser.add_argument("--eval-episodes", type=int, default=None)
+    parser.add_argument(
+        "--eval-episodes", type=int, default=None, help="episodes of the final evaluation of each policy (50, quick 5)"
+    )
     parser.add_argument("--bc-updates", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--hil-override", action="append", default=[], help="extra override of the HIL run")
 
 
 def start_run(run_dir: Path, overrides: list[str], log: Path) -> subprocess.Popen:
+    """robotrl-train with `overrides` (all of them: TASK and LEARNER too) into `run_dir`, its output into `log`."""
     env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
-    cmd = [sys.executable, "-m", "robotrl.train", *TASK, *LEARNER, *overrides, f"hydra.run.dir={run_dir}"]
+    cmd = [sys.executable, "-m", "robotrl.train", *overrides, f"hydra.run.dir={run_dir}"]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
@@ -183,9 +198,9 @@ def fastest_scripted_cycle(task_cfg, episodes: int, seed: int) -> dict[str, floa
 def main() -> None:
     from robotrl.runtime.metrics import read_metrics
 
-    args = parse_args("HIL (demos + operator) vs RL alone vs BC on panda_pick_cube", extra_args)
+    args = parse_args(__doc__, extra_args, overrides=True, sides=("hil", "no-hil"))
     steps = args.steps or (3_000 if args.quick else 50_000)
-    eval_interval = args.eval_interval or (1_500 if args.quick else 2_000)
+    eval_interval = 1_500 if args.quick else 2_000
     eval_episodes = args.eval_episodes or (5 if args.quick else 50)
     bc_updates = args.bc_updates or (500 if args.quick else 5_000)
     common = [
@@ -200,19 +215,27 @@ def main() -> None:
         "video=false",
         "threads=1",
     ]
+    for name in ("overrides", "hil", "no_hil"):
+        refuse_keys(getattr(args, name), BENCH_KEYS, where=f"{name}: ")
     with tempfile.TemporaryDirectory(prefix="hil_pick_") as tmp:
         root = Path(tmp)
         demos = root / "demos"
-        record_scripted_demos("panda_pick_cube", demos, args.demos, args.seed, reward="sparse")
         hil_dir, plain_dir = root / "hil", root / "no_hil"
-        runs = [
-            start_run(
-                hil_dir,
-                [*common, f"hil.demos=[{demos}]", "hil.operator=scripted", *hil_overrides(args.hil_override)],
-                root / "hil.log",
-            ),
-            start_run(plain_dir, [*common, *same_learner()], root / "no_hil.log"),
-        ]
+        hil_run = merge_overrides(
+            TASK,
+            LEARNER,
+            common,
+            hil_overrides([]),
+            args.overrides,
+            args.hil,
+            [f"hil.demos=[{demos}]", "hil.operator=scripted"],
+        )
+        plain_run = merge_overrides(TASK, LEARNER, common, same_learner(), args.overrides, args.no_hil)
+        # both runs' overrides composed before anything runs: a bad one fails naming it
+        train_config(hil_run, "the HIL run")
+        train_config(plain_run, "the no-HIL run")
+        record_scripted_demos("panda_pick_cube", demos, args.demos, args.seed, reward="sparse")
+        runs = [start_run(hil_dir, hil_run, root / "hil.log"), start_run(plain_dir, plain_run, root / "no_hil.log")]
         bc_agent, task, bc_loss, bc_train_s = behaviour_cloning(demos, bc_updates, args.seed)
         for proc, name in zip(runs, ("hil", "no_hil"), strict=True):
             if proc.wait() != 0:
@@ -256,7 +279,9 @@ def main() -> None:
         "bc_final_loss": round(bc_loss, 5),
         "bc_train_s": round(bc_train_s, 1),
         "quick": args.quick,
-        "hil_settings": hil_overrides(args.hil_override),
+        "hil_settings": hil_overrides(args.hil),
+        "overrides": args.overrides,
+        "no_hil_overrides": args.no_hil,
     }
     emit("hil_pick", figures, args.save)
 

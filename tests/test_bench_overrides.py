@@ -107,3 +107,46 @@ def test_a_bad_override_fails_naming_it_before_any_run(bench, tmp_path, monkeypa
     monkeypatch.setattr(sys, "argv", ["chunk_vs_sac.py", *argv, "--workdir", str(tmp_path)])
     with pytest.raises(SystemExit, match=re.escape(named)):
         chunk_vs_sac.main()
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("a run started")
+
+
+@pytest.mark.parametrize(
+    "name, argv, named, starts",
+    [
+        ("sac_returns", ["agent.no_such_key=1"], "agent.no_such_key", ["run_logged"]),
+        ("sac_returns", ["task.env_id=Hopper-v5"], "--envs", ["run_logged"]),
+        ("gsde_smoothness", ["--gsde", "agent.no_such_key=1"], "agent.no_such_key", ["ProcessPoolExecutor"]),
+        ("gsde_smoothness", ["agent.exploration=gsde"], "what the arms compare", ["ProcessPoolExecutor"]),
+        ("hil_pick", ["--hil", "agent.no_such_key=1"], "agent.no_such_key", ["record_scripted_demos", "start_run"]),
+        ("hil_pick", ["--no-hil", "hil.no_such_key=1"], "hil.no_such_key", ["record_scripted_demos", "start_run"]),
+    ],
+)
+def test_the_other_benches_fail_on_a_bad_override_before_any_run(bench, monkeypatch, name, argv, named, starts):
+    module = bench(name)
+    for start in starts:
+        monkeypatch.setattr(module, start, _never)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--quick", *argv])
+    with pytest.raises(SystemExit, match=re.escape(named)):
+        module.main()
+
+
+def test_sac_returns_adds_the_overrides_to_the_locomotion_settings(bench):
+    sac_returns, common = bench("sac_returns"), bench("common")
+    given = common.merge_overrides(common.LOCOMOTION, ["agent.init_alpha=0.1", "learning_starts=50"])
+    run = sac_returns.run_overrides("Pendulum-v1", 3_000, 1, given)
+    assert "agent.init_alpha=0.1" in run and "agent.init_alpha=1.0" not in run
+    assert [o for o in run if o.startswith("learning_starts=")] == ["learning_starts=50"]
+    assert "agent.log_std_min=-20" in run
+
+
+def test_gsde_runs_take_the_given_overrides_and_keep_their_arms_exploration(bench):
+    gsde = bench("gsde_smoothness")
+    run = gsde.run_overrides("panda_reach", "gaussian", 1_600, 1, True, ["agent.smoothness_weight=1"])
+    assert "agent.smoothness_weight=1" in run and run[-3:] == [
+        "agent.exploration=gaussian",
+        "seed=1",
+        "total_steps=1600",
+    ]
