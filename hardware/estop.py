@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from robotrl.hardware.ros2.bridge import OnReceived
 from robotrl.hardware.ros2.qos import Durability, QoSProfile
 
 # An e-stop reader keeps every message of a burst until it is taken: a depth-1 reader let a quick release
@@ -36,8 +37,7 @@ def subscribe_estop(bridge: Any, topic: str, callback: Callable[[Any], Any]) -> 
     reaches both readers: a message seen already (same publisher, source time and value, where the backend
     reports the source time) is passed on once. Best-effort publishers match neither: an e-stop must be
     reliable."""
-    from robotrl.hardware.ros2.bridge import OnReceived
-    from robotrl.hardware.ros2.msgs import Bool
+    from robotrl.hardware.ros2.msgs import Bool  # cyclonedds (the ros extra) loads with the message types
 
     seen: deque[tuple[int | None, float, bool]] = deque(maxlen=4 * ESTOP_DEPTH)
     lock = threading.Lock()

@@ -54,8 +54,11 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco
 from robotrl.hardware.realtime import check_priority, set_realtime_priority
+from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 
+from robotrl.cli_errors import reports_errors
+from robotrl.config import strict_object
 from robotrl.core.robot_spec import RobotSpec, load_robot_spec
 
 log = logging.getLogger(__name__)
@@ -277,8 +280,6 @@ class SimTwin:
         self.scene_resets = 0  # scene reset requests carried out
         self._object_every = max(1, round(cfg.rate_hz / cfg.object_rate_hz))  # control periods per pose
 
-        from robotrl.hardware.ros2 import make_bridge
-
         self._owns_bridge = bridge is None
         self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
         try:
@@ -289,6 +290,7 @@ class SimTwin:
             raise
 
     def _open_topics(self) -> None:
+        # cyclonedds (the ros extra) loads with the message types
         from robotrl.hardware.ros2.msgs import Float64MultiArray, Image, JointState, JointTrajectory, PoseStamped
 
         cfg = self.cfg
@@ -298,7 +300,7 @@ class SimTwin:
         self._subscriptions = []
         self._estop_button = None
         if cfg.estop_topic:
-            from robotrl.hardware.ros2.msgs import Bool
+            from robotrl.hardware.ros2.msgs import Bool  # cyclonedds (the ros extra) loads with the message types
 
             self._estop_button = self.bridge.publisher(cfg.estop_topic, Bool, "latched")
             self._estop_button.publish(Bool(data=False))
@@ -331,7 +333,7 @@ class SimTwin:
             self._object_pubs[name] = self.bridge.publisher(topic, PoseStamped, "sensor_data")
             self.topics[f"object/{name}"] = self._object_pubs[name].topic
         if cfg.scene_reset_topic:
-            from robotrl.hardware.ros2.msgs import Bool
+            from robotrl.hardware.ros2.msgs import Bool  # cyclonedds (the ros extra) loads with the message types
 
             self._subscriptions.append(
                 self.bridge.subscription(cfg.scene_reset_topic, Bool, "default", self._on_scene_reset)
@@ -676,7 +678,7 @@ class _CameraThread(threading.Thread):
             self._ready.notify()
 
     def run(self) -> None:
-        from robotrl.hardware.ros2.msgs import Image
+        from robotrl.hardware.ros2.msgs import Image  # cyclonedds (the ros extra) loads with the message types
 
         cfg = self.twin.cfg
         try:
@@ -732,9 +734,6 @@ def register_config() -> None:
 def main() -> None:
     import hydra
     from omegaconf import DictConfig
-
-    from robotrl.cli_errors import reports_errors
-    from robotrl.config import strict_object
 
     register_config()
 

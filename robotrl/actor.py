@@ -43,12 +43,13 @@ from robotrl.cli_errors import reports_errors
 from robotrl.config import apply_backend, register_configs, strict_object
 from robotrl.core.env import EnvCancelled, StepResult, VecEnv
 from robotrl.hardware.robot_env import RobotEnvConfig
-from robotrl.hardware.robot_vec_env import ActorRobotConfig
+from robotrl.hardware.robot_vec_env import ActorRobotConfig, make_robot_vec_env
 from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
 from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
 from robotrl.runtime.assembly import EpisodeStats, make_training_env, resolve_device
+from robotrl.runtime.metrics import MetricsWriter
 from robotrl.runtime.run_config import save_run_config
 from robotrl.runtime.transport.client import LearnerClient
 from robotrl.runtime.transport.config import ConnectConfig
@@ -301,8 +302,6 @@ class Actor:
         if self._make_env is not None:
             env = self._make_env(agent_cfg)
         elif cfg.hardware is not None:
-            from robotrl.hardware.robot_vec_env import make_robot_vec_env
-
             try:
                 env = make_robot_vec_env(
                     cfg.task, agent_cfg, cfg.hardware, cfg.robot, bool(cfg.hil.reward_classifier), stop
@@ -349,8 +348,6 @@ class Actor:
         episodes = EpisodeStats(cfg.num_envs)
         writer = None
         if self.run_dir is not None:
-            from robotrl.runtime.metrics import MetricsWriter
-
             self.run_dir.mkdir(parents=True, exist_ok=True)
             writer = MetricsWriter(self.run_dir)
         period = 1.0 / cfg.control_hz if cfg.control_hz else 0.0

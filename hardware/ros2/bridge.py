@@ -192,7 +192,7 @@ class Bridge(ABC):
 
 
 def _check_msg_type(msg_type: type) -> type:
-    from robotrl.hardware.ros2.msgs import ros_type_name
+    from robotrl.hardware.ros2.msgs import ros_type_name  # cyclonedds (the ros extra) loads with the message types
 
     ros_type_name(msg_type)  # a TypeError naming the known messages for anything else
     return msg_type
@@ -218,11 +218,11 @@ def make_bridge(backend: str = "auto", domain_id: int = 0, loopback: bool = True
     if backend == "auto":
         backend = "rclpy" if rclpy_available() else "dds"
     if backend == "rclpy":
-        from robotrl.hardware.ros2.rclpy_backend import RclpyBridge
+        from robotrl.hardware.ros2.rclpy_backend import RclpyBridge  # rclpy: a sourced ROS 2 only
 
         return RclpyBridge(domain_id, loopback=loopback, **options)
     if options:
         raise TypeError(f"the dds backend takes no options, got {sorted(options)}")
-    from robotrl.hardware.ros2.dds_backend import DdsBridge
+    from robotrl.hardware.ros2.dds_backend import DdsBridge  # cyclonedds, the ros extra
 
     return DdsBridge(domain_id, loopback=loopback)
