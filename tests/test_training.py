@@ -102,8 +102,12 @@ def test_config_errors_name_the_key_or_list_the_options():
             to_train_config(_compose("total_steps=2000", override))
     with pytest.raises(ValueError, match=r"agent\.std_init must be a finite number >= 0\.0, got inf"):
         to_train_config(_compose("agent=drqv2", "agent.std_init=inf"))
-    with pytest.raises(ValueError, match=r"agent\.gamma must be in \[0, 1\], got nan"):
-        to_train_config(_compose("agent=bc", "agent.gamma=nan"))
+    with pytest.raises(ValueError, match=r"agent\.lr must be a finite number > 0\.0, got nan"):
+        to_train_config(_compose("agent=bc", "agent.lr=nan"))
+    with pytest.raises(ConfigCompositionException, match=r"gamma"):  # BC's loss has no discount to set
+        _compose("agent=bc", "agent.gamma=0.9")
+    with pytest.raises(ValueError, match=r"agent\.encoder\.conv_layers must be >= 1, got 0"):
+        to_train_config(_compose("agent=drqv2", "agent.encoder.conv_layers=0"))
     cfg = to_train_config(_compose("task=gym", "task.env_id=HalfCheetah-v5", "agent.num_critics=4"))
     assert cfg.task.env_id == "HalfCheetah-v5" and cfg.agent.num_critics == 4
 
