@@ -8,6 +8,9 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from robotrl.core.spec import ObsSpec
+from robotrl.nn.encoders import ImageStateEncoder
+
 log = logging.getLogger(__name__)
 
 
@@ -22,6 +25,12 @@ class EncoderConfig:
     conv_stride: int = 1  # stride of the convolutions after the first (stride 2); 2 for a cheap encoder
     feature_dim: int = 50  # image trunk: Linear -> LayerNorm -> tanh
     shift_pad: int = 4  # random-shift augmentation, pixels
+
+    def image_state_encoder(self, obs_spec: ObsSpec, obs_norm: bool) -> ImageStateEncoder:
+        """The encoder these settings describe, for `obs_spec`'s image and state entries."""
+        return ImageStateEncoder(
+            obs_spec, self.feature_dim, self.conv_channels, self.conv_layers, self.conv_stride, obs_norm
+        )
 
     def validate(self) -> None:
         for name in ("frame_stack", "conv_channels", "conv_layers", "conv_stride", "feature_dim"):

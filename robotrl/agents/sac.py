@@ -28,7 +28,6 @@ from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
 from robotrl.nn.augment import shift_images
-from robotrl.nn.encoders import ImageStateEncoder
 from robotrl.nn.mlp import full_precision
 
 EXPLORATIONS = ("gaussian", "gsde")
@@ -181,14 +180,7 @@ class SAC(Agent):
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
         self.pixel_keys = pixel_keys(obs_spec)
         if self.pixel_keys:
-            self.encoder = ImageStateEncoder(
-                obs_spec,
-                cfg.encoder.feature_dim,
-                cfg.encoder.conv_channels,
-                cfg.encoder.conv_layers,
-                cfg.encoder.conv_stride,
-                cfg.obs_norm,
-            )
+            self.encoder = cfg.encoder.image_state_encoder(obs_spec, cfg.obs_norm)
         else:
             self.encoder = StateEncoder(obs_spec, cfg.obs_norm)
         feat = self.encoder.out_dim
