@@ -287,6 +287,11 @@ class RobotLink:
             if why is not None:
                 self.shield.estop(True)
                 raise EStopLatchedError(f"acknowledgement refused: {why}", pressed=True)
+            if self.estop_input is not None:
+                # every live publisher said released: the shield hears it from the votes, not only from the
+                # release's callback, which runs after the vote is counted (an acknowledgement in between was
+                # refused as still pressed); a press counted after this still latches through its callback
+                self.shield.estop(False)
             self.shield.acknowledge_estop()
 
     def check_estop_publisher(self) -> None:
