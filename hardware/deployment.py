@@ -38,7 +38,7 @@ def load_deploy_spec(run: str | Path, train_cfg: Any = None) -> DeploySpec:
     train_cfg = train_cfg if train_cfg is not None else load_run_config(run_dir)
     env = make_training_env(train_cfg, num_envs=1)  # as deployment did before runs carried their spec
     try:
-        spec = deploy_spec_for(train_cfg.task, getattr(train_cfg.agent, "frame_stack", 1), env=env)
+        spec = deploy_spec_for(train_cfg.task, train_cfg.agent.frame_stack, env=env)
     finally:
         env.close()
     try:

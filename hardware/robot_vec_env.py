@@ -209,7 +209,7 @@ class ActorRobotConfig:
 def robot_deploy_spec(task_cfg, agent_cfg, robot: ActorRobotConfig) -> DeploySpec:
     """The deploy spec an actor on a robot runs: `robot.deploy_spec` (the learner's), checked against this actor's
     task config, or, without one, the task's own made from the config (nothing simulated)."""
-    frame_stack = getattr(agent_cfg, "frame_stack", 1)
+    frame_stack = agent_cfg.frame_stack
     held_sites = task_class(task_cfg.name).held_sites if hasattr(task_cfg, "name") else ()
     if robot.deploy_spec is None:
         if held_sites:

@@ -455,7 +455,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     learner = Learner(learner_cfg, run_dir)
     if not saved.exists():
         save_run_config(cfg, run_dir)
-    write_deploy_spec_for_run(learner_cfg.task, learner_cfg.agent, run_dir)  # what a robot needs to run its policy
+    # what a robot needs to run its policy
+    write_deploy_spec_for_run(learner_cfg.task, learner_cfg.agent.frame_stack, run_dir)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -71,7 +71,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     saved = cfg.copy()
     saved.resume = None
     save_run_config(saved, run_dir)
-    write_deploy_spec_for_run(train_cfg.task, train_cfg.agent, run_dir)  # what a robot needs to run its policy
+    # what a robot needs to run its policy
+    write_deploy_spec_for_run(train_cfg.task, train_cfg.agent.frame_stack, run_dir)
     log.info("run directory: %s", run_dir.resolve())
     return train(train_cfg, run_dir, resume=bool(cfg.resume))
 

@@ -78,12 +78,13 @@ def deploy_spec_for(task_cfg: Any, frame_stack: int = 1, env: Any = None) -> Dep
     return spec
 
 
-def write_deploy_spec_for_run(task_cfg: Any, agent_cfg: Any, run_dir: str | Path) -> Path | None:
-    """Write the deploy spec of a run (robotrl-train's, robotrl-learner's) on built-in task `task_cfg` with agent
-    `agent_cfg` into `run_dir` when it starts; None (nothing written) for a task no robot runs (`gym`)."""
+def write_deploy_spec_for_run(task_cfg: Any, frame_stack: int, run_dir: str | Path) -> Path | None:
+    """Write the deploy spec of a run (robotrl-train's, robotrl-learner's) on built-in task `task_cfg`, its agent
+    stacking `frame_stack` frames, into `run_dir` when it starts; None (nothing written) for a task no robot runs
+    (`gym`)."""
     if task_cfg.name not in SIM_TASKS:
         return None
-    spec = deploy_spec_for(task_cfg, getattr(agent_cfg, "frame_stack", 1))
+    spec = deploy_spec_for(task_cfg, frame_stack)
     path = write_deploy_spec(spec, run_dir)
     log.info("deploy spec: %s", path)
     return path

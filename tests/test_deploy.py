@@ -53,7 +53,7 @@ def _untrained_run(run, overrides: list[str], deploy_spec: bool = True):
     env.close()
     save_checkpoint(run / "checkpoints", 100, agent, None, {"env_step": 100})
     if deploy_spec:
-        write_deploy_spec_for_run(train_cfg.task, train_cfg.agent, run)
+        write_deploy_spec_for_run(train_cfg.task, train_cfg.agent.frame_stack, run)
     return run
 
 

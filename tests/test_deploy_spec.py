@@ -156,7 +156,7 @@ def _untrained_run(run, overrides: list[str], deploy_spec: bool = True):
     agent = make_agent(train_cfg.agent, spec.obs_spec(), spec.action_dim, torch.device("cpu"))
     save_checkpoint(run / "checkpoints", 10, agent, None, {"env_step": 10})
     if deploy_spec:
-        write_deploy_spec_for_run(train_cfg.task, train_cfg.agent, run)
+        write_deploy_spec_for_run(train_cfg.task, train_cfg.agent.frame_stack, run)
     return run
 
 
