@@ -317,6 +317,12 @@ def test_the_pick_expert_lifts_the_tracked_cube_on_the_twin():
             height = float(twin.data.xpos[body][2]) - CUBE_HALF
             assert start - CUBE_HALF < 0.005 and height >= LIFT_HEIGHT, (start, height, int(expert._phase))
             assert float(obs["gripper"][0]) < 0.9  # the fingers closed on it (fully open reads 1)
+            # the cube was still rising when that observation was taken: hold it still, then the tracked pose
+            # and the twin's physics must agree (compared mid-lift they differed by the motion in between)
+            hold = action.copy()
+            hold[:3] = 0.0
+            for _ in range(10):
+                obs, *_ = env.step(hold)
             np.testing.assert_allclose(obs["cube_pos"], twin.data.xpos[body], atol=5e-3)
         finally:
             env.close()
