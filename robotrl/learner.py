@@ -67,7 +67,7 @@ from robotrl.runtime.frame_stack import FrameStack
 from robotrl.runtime.learner_config import LearnerConfig, to_learner_config
 from robotrl.runtime.loop import pretrain_on_demos
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
-from robotrl.runtime.run_config import save_run_config
+from robotrl.runtime.run_config import read_run_config, save_run_config
 from robotrl.runtime.run_lock import hold_run_dir
 from robotrl.runtime.transport.protocol import task_settings
 from robotrl.runtime.transport.security import check_serve_security, load_token
@@ -438,7 +438,7 @@ _FIXED_ON_RESTART = ("agent", "task")
 
 
 def _check_same_experiment(cfg: DictConfig, saved_path: Path) -> None:
-    saved = OmegaConf.load(saved_path)
+    saved = read_run_config(saved_path.parent)  # in today's layout: a run saved before still restarts
     for key in _FIXED_ON_RESTART:
         if OmegaConf.to_container(saved[key], resolve=True) != OmegaConf.to_container(cfg[key], resolve=True):
             raise ValueError(

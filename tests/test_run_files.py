@@ -122,3 +122,23 @@ def test_a_run_saved_with_flat_encoder_settings_loads_them_nested(tmp_path, capl
     save_run_config(OmegaConf.create(saved), tmp_path)
     with pytest.raises(Exception, match="conv_layerz"):
         load_run_config(tmp_path)
+
+
+def test_a_learner_saved_with_flat_encoder_settings_restarts_on_them(tmp_path):
+    """A fine-tuning learner's run saved before the encoder settings were nested restarts; another agent does not."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from robotrl.learner import _check_same_experiment
+    from robotrl.runtime.run_config import save_run_config
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose("learner", ["task=panda_reach"])
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    saved["agent"].update(saved["agent"].pop("encoder"))  # the layout such runs wrote
+    save_run_config(OmegaConf.create(saved), tmp_path)
+    _check_same_experiment(cfg, tmp_path / "config.yaml")
+    saved["agent"]["gamma"] = 0.5
+    save_run_config(OmegaConf.create(saved), tmp_path)
+    with pytest.raises(ValueError, match="holds a learner for another agent"):
+        _check_same_experiment(cfg, tmp_path / "config.yaml")
