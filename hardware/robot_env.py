@@ -224,28 +224,6 @@ class RobotEnv(gym.Env):
     # the watchdog, measured: the oldest state the shield still tracked on, the state's age at each stall
     max_tracked_state_age = property(lambda self: self.link.max_tracked_state_age)
     stall_reactions = property(lambda self: self.link.stall_reactions)
-    # the link's internals under the names tests reach for
-    _lock = property(lambda self: self.link.lock)
-    _thread = property(lambda self: self.link.thread)
-    _estop = property(lambda self: self.link.estop_input)
-    _joint_states = property(lambda self: self.link.joint_states)
-
-    @property
-    def _obs_inputs(self) -> list[tuple[str, float, str, float]]:
-        return self.observations.inputs
-
-    @_obs_inputs.setter
-    def _obs_inputs(self, inputs: list[tuple[str, float, str, float]]) -> None:
-        self.observations.inputs = inputs
-
-    def _locked_state(self):
-        return self.link.locked_state()
-
-    def _require_estop_publisher(self, deadline: float) -> None:
-        self.link.require_estop_publisher(deadline)
-
-    def _image(self, msg) -> np.ndarray:
-        return self.observations.image(msg)
 
     # -- observations -----------------------------------------------------------------------------------
     def _observe(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

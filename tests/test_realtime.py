@@ -132,8 +132,8 @@ def test_the_robot_env_control_thread_and_the_twin_loop_run_real_time_when_confi
     try:
         cfg = RobotEnvConfig(domain_id=190, control_rate_hz=250.0, connect_timeout=5.0, realtime_priority=40)
         env = RobotEnv(cfg)
-        assert scheduling_policy(env._thread.native_id) == "fifo"
-        assert os.sched_getparam(env._thread.native_id).sched_priority == 40
+        assert scheduling_policy(env.link.thread.native_id) == "fifo"
+        assert os.sched_getparam(env.link.thread.native_id).sched_priority == 40
         env.reset()  # the real-time control thread drives the arm home
     finally:
         if env is not None:

@@ -448,9 +448,11 @@ def _operator_estop(operator, qos, env: RobotEnv):
     """An e-stop publisher with `qos`, once it and the env's e-stop readers have matched each other (a latched
     publisher matches both readers, a default-QoS one only the volatile reader)."""
     readers = 2 if qos is LATCHED else 1
-    before = sum(sub.publisher_count() for sub in env._estop.subscriptions)
+    before = sum(sub.publisher_count() for sub in env.link.estop_input.subscriptions)
     publisher = operator.publisher("/estop", Bool, qos)
-    assert wait_until(lambda: sum(sub.publisher_count() for sub in env._estop.subscriptions) == before + readers)
+    assert wait_until(
+        lambda: sum(sub.publisher_count() for sub in env.link.estop_input.subscriptions) == before + readers
+    )
     assert wait_until(lambda: publisher.subscription_count() == readers)
     return publisher
 
@@ -464,7 +466,7 @@ def test_a_short_estop_press_always_latches_the_shield(caplog):
     home = SPEC.home.double()
     try:
         with pytest.raises(EStopMissingError, match="nothing publishes on the e-stop topic /estop"):
-            env._require_estop_publisher(time.monotonic() + 0.2)
+            env.link.require_estop_publisher(time.monotonic() + 0.2)
         for qos in (LATCHED, DEFAULT):
             estop = _operator_estop(operator, qos, env)
             for press in range(20):
@@ -474,7 +476,7 @@ def test_a_short_estop_press_always_latches_the_shield(caplog):
                 assert wait_until(lambda: env.shield.latched == "estop", timeout=3.0), f"{qos}: press {press} lost"
                 assert wait_until(lambda: not env.shield._estop_pressed, timeout=3.0)
                 env.acknowledge_estop()
-                with env._lock:
+                with env.link.lock:
                     now = time.monotonic()
                     env.shield.reset(home, now, now)
                 assert env.shield.latched is None
@@ -513,11 +515,11 @@ def test_a_mono_camera_fills_the_three_channel_observation():
     env = _env(203, cfg={"cameras": ["front"], "image_size": 16})
     try:
         grey = torch.randint(0, 256, (1, 32, 48), dtype=torch.uint8)
-        pixels = env._image(image_msg(grey, "mono8"))
+        pixels = env.observations.image(image_msg(grey, "mono8"))
         assert pixels.shape == env.observation_space["pixels_front"].shape == (3, 16, 16)
         np.testing.assert_array_equal(pixels[0], pixels[1])
         np.testing.assert_array_equal(pixels[0], pixels[2])
-        colour = env._image(image_msg(grey.expand(3, -1, -1).contiguous(), "rgb8"))
+        colour = env.observations.image(image_msg(grey.expand(3, -1, -1).contiguous(), "rgb8"))
         np.testing.assert_array_equal(pixels, colour)  # the same picture as an rgb8 camera of greys
     finally:
         env.close()
@@ -531,14 +533,14 @@ def test_a_joint_state_parse_is_never_one_of_an_older_message():
     env = _env(204)
     names = [*SPEC.joints, *SPEC.gripper.joints]
     try:
-        sub = env._joint_states
+        sub = env.link.joint_states
         for k in range(0, 6000, 3):
             sub._deliver(joint_state_msg(names, [float(k)] * 9), None)
-            env._locked_state()
+            env.link.locked_state()
             sub._deliver(joint_state_msg(names, [float(k + 1)] * 9), None)
             sub.take()  # the older messages are dropped (as reset's state-rate check does)
             sub._deliver(joint_state_msg(names, [float(k + 2)] * 9), None)
-            assert env._locked_state().position[0].item() == k + 2
+            assert env.link.locked_state().position[0].item() == k + 2
     finally:
         env.close()
 
@@ -686,7 +688,7 @@ def test_an_object_pose_missing_old_or_not_a_pose_is_never_acted_on():
             observed_after("fresh", [0.5, 0.1, 0.03], [1.0, 0.0, 0.0, 0.0])
             # an action computed from that observation is late once its pose is older than max_object_age and
             # a policy period, whatever the joint state's age (here: as if the pose had arrived 1 s earlier)
-            env._obs_inputs = [(what, at - 1.0, *limit) for what, at, *limit in env._obs_inputs]
+            env.observations.inputs = [(what, at - 1.0, *limit) for what, at, *limit in env.observations.inputs]
             height = env.setpoint.copy()
             _, _, _, _, info = env.step(np.array([0.0, 0.0, 1.0], np.float32))
             assert info["late_action"] == 1 and info["skipped_stale"] == 1
@@ -805,14 +807,14 @@ def test_the_estop_is_pressed_while_any_live_publisher_says_pressed():
             button.publish(Bool(data=True))
             assert wait_until(lambda: env.shield.latched == "estop")
             other.publish(Bool(data=False))  # the last message received says released ...
-            assert wait_until(lambda: env._estop.pressed is True and len(env._estop.votes) >= 3)
+            assert wait_until(lambda: env.link.estop_input.pressed is True and len(env.link.estop_input.votes) >= 3)
             time.sleep(0.1)
             with pytest.raises(EStopLatchedError, match="still pressed"):
                 env.acknowledge_estop()  # ... but the button's publisher still says pressed
             with pytest.raises(EStopLatchedError, match="still pressed"):
                 env.reset()
             button.publish(Bool(data=False))
-            assert wait_until(lambda: not env._estop.pressed)
+            assert wait_until(lambda: not env.link.estop_input.pressed)
             env.link.shield.estop(True)  # as if the release's callback had not run yet: the votes decide
             env.acknowledge_estop()
             obs, _ = env.reset()
@@ -820,7 +822,7 @@ def test_the_estop_is_pressed_while_any_live_publisher_says_pressed():
             other.publish(Bool(data=True))
             assert wait_until(lambda: env.shield.latched == "estop")
             dashboard.close()  # the pressing publisher leaves: its word goes with it, the latch stays
-            assert wait_until(lambda: not env._estop.pressed, timeout=5.0)
+            assert wait_until(lambda: not env.link.estop_input.pressed, timeout=5.0)
             assert env.shield.latched == "estop"
         finally:
             env.close()
@@ -874,7 +876,7 @@ def test_a_live_estop_publisher_that_has_said_nothing_keeps_the_arm_from_restart
             with pytest.raises(EStopLatchedError, match="have not said"):
                 env.reset()
             button.publish(Bool(data=False))
-            assert wait_until(lambda: env._estop.not_known_released() is None)
+            assert wait_until(lambda: env.link.estop_input.not_known_released() is None)
             env.acknowledge_estop()
             env.reset()
         finally:
