@@ -142,3 +142,18 @@ def test_a_learner_saved_with_flat_encoder_settings_restarts_on_them(tmp_path):
     save_run_config(OmegaConf.create(saved), tmp_path)
     with pytest.raises(ValueError, match="holds a learner for another agent"):
         _check_same_experiment(cfg, tmp_path / "config.yaml")
+
+
+def test_metrics_of_a_run_killed_before_or_while_writing_them_resume(tmp_path):
+    """A learner or train run killed before its first metrics row (an empty metrics.csv) or in the middle of
+    one (a row cut short) resumes: the resumed writer keeps the whole rows up to its step and nothing else."""
+    from robotrl.runtime.metrics import MetricsWriter, read_metrics
+
+    (tmp_path / "metrics.csv").write_text("")
+    MetricsWriter(tmp_path, resume_step=100).close()
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == ["step,key,value"]
+    (tmp_path / "metrics.csv").write_text("step,key,value\n100,loss,1\n200,loss,2\n300,lo")
+    writer = MetricsWriter(tmp_path, resume_step=200)
+    writer.write(300, {"loss": 3.0})
+    writer.close()
+    assert read_metrics(tmp_path / "metrics.csv") == {"loss": [(100, 1.0), (200, 2.0), (300, 3.0)]}

@@ -45,6 +45,9 @@ class UpdateMetrics:
         return means
 
 
+HEADER = ["step", "key", "value"]
+
+
 class MetricsWriter:
     """Appends scalars to metrics.csv (long format: step,key,value) and TensorBoard event files."""
 
@@ -56,7 +59,8 @@ class MetricsWriter:
         self._csv_file = self.csv_path.open("a", newline="")
         self._csv = csv.writer(self._csv_file)
         if new_file:
-            self._csv.writerow(["step", "key", "value"])
+            self._csv.writerow(HEADER)
+            self._csv_file.flush()  # a run killed before its first row still leaves a file with its header
         from torch.utils.tensorboard import SummaryWriter
 
         # events after the checkpoint's step are dropped, as from the CSV; those at it were written before it
@@ -74,10 +78,12 @@ class MetricsWriter:
 
 
 def _truncate_after(path: Path, step: int) -> None:
-    """Drop rows logged after `step` (written by a run that died after its last checkpoint)."""
+    """Drop rows logged after `step` (written by a run that died after its last checkpoint), and what a kill
+    left unfinished: a row cut short, or a file without even its header."""
     with path.open(newline="") as f:
         rows = list(csv.reader(f))
-    kept = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step]
+    whole = [r for r in rows[1:] if len(r) == len(HEADER) and r[0].isdigit()]
+    kept = [HEADER] + [r for r in whole if int(r[0]) <= step]
     text = io.StringIO(newline="")
     csv.writer(text).writerows(kept)
     write_atomic(path, text.getvalue().encode())
