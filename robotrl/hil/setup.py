@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from robotrl.core.spec import pixel_keys
+from robotrl.core.spec import TensorSpec, pixel_keys
 from robotrl.data.dataset import EpisodeDataset
+from robotrl.data.lerobot_read import LEROBOT_PREFIX, read_lerobot
 from robotrl.data.mixer import add_episode
 from robotrl.data.replay import ReplayBuffer
 from robotrl.hil.classifier_reward import ClassifierReward, demo_relabeller
@@ -87,7 +88,7 @@ def load_demos(
     expected_reward = None if reward_classifier else reward  # relabelled demos take the classifier's rewards
     loaded = []
     for path in paths:
-        dataset = EpisodeDataset.open(path)
+        dataset = _open_demos(path, obs_spec, action_dim, images, frame_stack)
         _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task, expected_reward)
         loaded.append((path, dataset, dataset.load_all()))
     relabel = None
@@ -102,6 +103,17 @@ def load_demos(
     if relabel is not None:
         log.info("demonstration rewards are the reward classifier's (%s), as online steps'", reward_classifier)
     return written
+
+
+def _open_demos(path: str, obs_spec, action_dim: int, images, frame_stack: int):
+    """A robotrl dataset, or (`lerobot:<dir>`) a LeRobot one read for this env, one camera frame per step."""
+    if not path.startswith(LEROBOT_PREFIX):
+        return EpisodeDataset.open(path)
+    frame_spec = {
+        k: TensorSpec((s.shape[0] // frame_stack, *s.shape[1:]), s.dtype) if k in images else s
+        for k, s in obs_spec.items()
+    }
+    return read_lerobot(path, obs_spec=frame_spec, action_dim=action_dim)
 
 
 def _check_compatible(path, dataset, obs_spec, action_dim, images, frame_stack, task, reward) -> None:
