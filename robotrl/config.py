@@ -18,6 +18,35 @@ from robotrl.hil.config import HILConfig
 from robotrl.tasks import TASK_CONFIGS
 from robotrl.tasks.configs import BACKENDS
 
+LOGGERS = ("wandb",)  # experiment trackers a run may log to beside metrics.csv and TensorBoard
+WANDB_MODES = ("offline", "online")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases settings, read where `logger=wandb` (robotrl/runtime/tracking.py)."""
+
+    project: str = "robotrl"
+    entity: str | None = None  # a W&B team or user; null: the logged-in account's default
+    # offline (the default) needs no account and no network: `wandb sync <run dir>/wandb/offline-run-*` uploads
+    # later; online streams to W&B as the run goes (after `wandb login`)
+    mode: str = "offline"
+    group: str | None = None  # shown together in W&B, e.g. a sweep's seeds
+    tags: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if not self.project:
+            raise ValueError(f"wandb.project must name a W&B project, got {self.project!r}")
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}, got {self.mode!r}")
+
+
+def check_logger(logger: str | None) -> None:
+    if logger is not None and logger not in LOGGERS:
+        raise ValueError(
+            f"logger must be null (metrics.csv and TensorBoard only) or one of {', '.join(LOGGERS)}, got {logger!r}"
+        )
+
 
 @dataclass
 class TrainConfig:
@@ -47,6 +76,11 @@ class TrainConfig:
     progress: bool = True
     resume: str | None = None  # a run directory to continue
     hil: HILConfig = field(default_factory=HILConfig)  # demonstrations, takeover corrections, learned reward
+    # An experiment tracker beside metrics.csv and TensorBoard, which every run writes: wandb (Weights & Biases,
+    # the tracking extra, set under `wandb.*`) or null. A plain key rather than a config group, so that
+    # `logger=wandb` also applies as an override on resume.
+    logger: str | None = None
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:
         for name in (
@@ -78,6 +112,8 @@ class TrainConfig:
         if _has_backend(self.task):
             _check_backend("task.backend", self.task.backend, self.task)
         self.hil.validate()
+        check_logger(self.logger)
+        self.wandb.validate()
         if hasattr(self.agent, "validate"):
             self.agent.validate()  # agent.* settings fail here, before any env is built
 

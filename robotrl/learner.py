@@ -69,6 +69,7 @@ from robotrl.runtime.loop import pretrain_on_demos
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.run_config import read_run_config, save_run_config
 from robotrl.runtime.run_lock import hold_run_dir
+from robotrl.runtime.tracking import check_tracker, open_tracker
 from robotrl.runtime.transport.protocol import task_settings
 from robotrl.runtime.transport.security import check_serve_security, load_token
 from robotrl.runtime.transport.server import serve
@@ -88,6 +89,7 @@ class Learner:
 
     def __init__(self, cfg: LearnerConfig, run_dir: Path, token: str | None = None):
         cfg.validate()
+        check_tracker(cfg.logger)  # a missing extra fails before anything is built or served
         self.cfg, self.run_dir = cfg, run_dir
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -294,7 +296,8 @@ class Learner:
         cfg, agent, service = self.cfg, self.agent, self.service
         if self.server is None:
             self.start_serving()
-        writer = MetricsWriter(self.run_dir, resume_step=service.env_steps if self.resumed else None)
+        tracker = open_tracker(cfg.logger, cfg.wandb, self.run_dir, dataclasses.asdict(cfg))
+        writer = MetricsWriter(self.run_dir, resume_step=service.env_steps if self.resumed else None, tracker=tracker)
         update_metrics = self.update_metrics
         pretraining = update_metrics.flush(0)  # this start's pretraining losses, if it pretrained
         if pretraining and not self.resumed:  # a restart's first start logged them already: not mixed into step N

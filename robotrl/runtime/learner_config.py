@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig
 
 from robotrl.agents import AGENT_CONFIGS
-from robotrl.config import apply_backend, strict_object
+from robotrl.config import WandbConfig, apply_backend, check_logger, strict_object
 from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.config import HILConfig
 from robotrl.runtime.transport.config import ServeConfig
@@ -70,10 +70,14 @@ class LearnerConfig:
     checkpoint_interval: int = 10_000  # env steps received between checkpoints (bounds the write-ahead log)
     keep_checkpoints: int = 2
     hil: LearnerHILConfig = field(default_factory=LearnerHILConfig)  # demonstrations, offline share
+    logger: str | None = None  # wandb: also log to Weights & Biases (`wandb.*`), as robotrl-train's `logger`
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:
         self.server.validate()
         self.hil.validate()
+        check_logger(self.logger)
+        self.wandb.validate()
         for name in (
             "replay_capacity",
             "max_actors",

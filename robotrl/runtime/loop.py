@@ -4,6 +4,7 @@ evaluation, checkpoints and resume. Every arrow of the data flow is one line in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -33,6 +34,7 @@ from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
 from robotrl.runtime.smoothness import ActionSmoothness
+from robotrl.runtime.tracking import check_tracker, open_tracker
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ def _crossed(before: int, after: int, interval: int) -> bool:
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, float]:
     """Train `cfg.agent` on `cfg.task`, writing everything under `run_dir`; returns the final evaluation."""
     cfg.validate()
+    check_tracker(cfg.logger)  # a missing extra fails here, not after the env and replay are built
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
@@ -104,7 +107,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             env.close()
             return json.loads(finished.read_text())
 
-    writer = MetricsWriter(run_dir, resume_step=counters["env_step"] if resume else None)
+    tracker = open_tracker(cfg.logger, cfg.wandb, run_dir, dataclasses.asdict(cfg))
+    writer = MetricsWriter(run_dir, resume_step=counters["env_step"] if resume else None, tracker=tracker)
     update_metrics = UpdateMetrics()
     episodes = EpisodeStats(cfg.num_envs)
     smoothness = ActionSmoothness()  # of the policy's exploration actions (not the warm-up's random ones)
@@ -122,6 +126,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         writer.write(step, {f"eval/{k}": v for k, v in result.items()})
         progress.show_eval(result)
         plot_learning_curve(writer.csv_path, run_dir / "learning_curve.png", title=f"{env.name} {cfg.agent.name}")
+        writer.write_files(step, {"eval/video": video_path, "learning_curve": run_dir / "learning_curve.png"})
         return result
 
     def diverged(err: NonFiniteError) -> NonFiniteError:  # nothing is saved after it: say what a resume starts from

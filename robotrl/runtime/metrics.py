@@ -1,4 +1,4 @@
-"""Metric accumulation without device syncs, and writers for CSV and TensorBoard."""
+"""Metric accumulation without device syncs, and writers for CSV, TensorBoard and an experiment tracker."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from robotrl.core.durable import write_atomic
+from robotrl.runtime.tracking import WandbTracker
 
 
 class NonFiniteError(FloatingPointError):
@@ -49,9 +50,11 @@ HEADER = ["step", "key", "value"]
 
 
 class MetricsWriter:
-    """Appends scalars to metrics.csv (long format: step,key,value) and TensorBoard event files."""
+    """Appends scalars to metrics.csv (long format: step,key,value) and TensorBoard event files, and hands them,
+    with the media the run writes, to `tracker` where the run has one (`logger`, robotrl/runtime/tracking.py)."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None):
+    def __init__(self, run_dir: Path, resume_step: int | None = None, tracker: WandbTracker | None = None):
+        self._tracker = tracker
         self.csv_path = run_dir / "metrics.csv"
         if resume_step is not None and self.csv_path.exists():
             _truncate_after(self.csv_path, resume_step)
@@ -71,10 +74,21 @@ class MetricsWriter:
             self._csv.writerow([step, key, f"{value:.6g}"])
             self._tb.add_scalar(key, value, step)
         self._csv_file.flush()
+        if self._tracker is not None:
+            self._tracker.log(step, scalars)
+
+    def write_files(self, step: int, files: Mapping[str, Path | None]) -> None:
+        """Media the run wrote into its directory (an evaluation video, the learning curve), for the tracker; a
+        None or a file not written (no video asked for, no curve yet) is skipped."""
+        written = {key: path for key, path in files.items() if path is not None and path.exists()}
+        if self._tracker is not None and written:
+            self._tracker.log_files(step, written)
 
     def close(self) -> None:
         self._csv_file.close()
         self._tb.close()
+        if self._tracker is not None:
+            self._tracker.close()
 
 
 def _truncate_after(path: Path, step: int) -> None:
