@@ -20,6 +20,7 @@ def test_a_two_seed_sweep_runs_as_two_submitit_jobs_each_in_its_own_run_dir(tmp_
         *[a for a in TINY if not a.startswith("total_steps")],
         "total_steps=250",
         "video=false",
+        "threads=1",  # two jobs at once on two cores: OpenMP threads that wait spinning would slow both
         f"hydra.sweep.dir={tmp_path}",
     )
     runs = sorted(p.name for p in tmp_path.iterdir() if (p / "summary.json").exists())

@@ -83,7 +83,7 @@ def offline_wandb(tmp_path, monkeypatch):
 def test_logger_wandb_logs_config_metrics_video_and_curve_and_resume_goes_on_in_the_same_run(tmp_path, offline_wandb):
     run_dir = tmp_path / "run"
     short = [a for a in TINY if not a.startswith(("total_steps", "learning_starts", "eval_", "checkpoint_interval"))]
-    short += ["total_steps=200", "learning_starts=100", "eval_episodes=1"]
+    short += ["total_steps=200", "learning_starts=100", "eval_episodes=1", "threads=1"]  # 1: no OpenMP contention
     run_module("robotrl.train", *short, "logger=wandb", "wandb.tags=[ci]", f"hydra.run.dir={run_dir}")
     run_id = (run_dir / RUN_ID_FILE).read_text().strip()
     [first] = offline_runs(offline_wandb)
