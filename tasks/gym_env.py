@@ -12,6 +12,7 @@ import tracemalloc
 import numpy as np
 import torch
 from robotrl.tasks.configs import GymTaskConfig
+from robotrl.tasks.gym_ids import resolve_env_id
 
 from robotrl.core.env import Obs, StepResult, check_action
 from robotrl.core.memory import GB, available_ram, resident_bytes
@@ -24,15 +25,15 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 import gymnasium as gym
 
 
-def _make_one(cfg: GymTaskConfig, render: bool) -> gym.Env:
+def _make_one(cfg: GymTaskConfig, env_id: str, render: bool) -> gym.Env:
     kwargs = dict(cfg.kwargs)
     if render:
         kwargs.update(render_mode="rgb_array")
-        if _accepts_render_size(cfg.env_id):
+        if _accepts_render_size(env_id):
             kwargs.setdefault("width", cfg.render_width)
             kwargs.setdefault("height", cfg.render_height)
     try:
-        return gym.make(cfg.env_id, max_episode_steps=cfg.max_episode_steps, **kwargs)
+        return gym.make(env_id, max_episode_steps=cfg.max_episode_steps, **kwargs)
     except gym.error.Error as err:
         raise ValueError(f"task.env_id={cfg.env_id!r} cannot be made by gymnasium: {err}") from err
 
@@ -63,15 +64,16 @@ def _make_all(cfg: GymTaskConfig, num_envs: int, render: bool) -> list[gym.Env]:
     envs 2..PROBE_ENVS took (resident growth, or Python's own allocations where larger: a small env's growth can
     hide in pages the process already had), and a `num_envs` the available RAM cannot hold fails, named,
     before it is built: a gymnasium env's footprint is unknown until one exists."""
-    envs = [_make_one(cfg, render)]
+    env_id = resolve_env_id(cfg.env_id)
+    envs = [_make_one(cfg, env_id, render)]
     if num_envs <= PROBE_ENVS:
-        return envs + [_make_one(cfg, False) for _ in range(num_envs - 1)]
+        return envs + [_make_one(cfg, env_id, False) for _ in range(num_envs - 1)]
     tracing = tracemalloc.is_tracing()
     if not tracing:
         tracemalloc.start()
     try:
         rss, heap = resident_bytes(), tracemalloc.get_traced_memory()[0]
-        envs += [_make_one(cfg, False) for _ in range(PROBE_ENVS - 1)]
+        envs += [_make_one(cfg, env_id, False) for _ in range(PROBE_ENVS - 1)]
         per_env = max(resident_bytes() - rss, tracemalloc.get_traced_memory()[0] - heap) / (PROBE_ENVS - 1)
     finally:
         if not tracing:
@@ -85,7 +87,7 @@ def _make_all(cfg: GymTaskConfig, num_envs: int, render: bool) -> list[gym.Env]:
             f"env, measured on the first {PROBE_ENVS}), but the available RAM is {free / GB:.1f} GB; at most about "
             f"{PROBE_ENVS + int(free // max(per_env, 1)):,} envs fit"
         )
-    return envs + [_make_one(cfg, False) for _ in range(num_envs - PROBE_ENVS)]
+    return envs + [_make_one(cfg, env_id, False) for _ in range(num_envs - PROBE_ENVS)]
 
 
 class GymVecEnv:
