@@ -12,6 +12,7 @@ import tracemalloc
 import numpy as np
 import torch
 from robotrl.tasks.configs import GymTaskConfig
+from robotrl.tasks.gym_goal import GymGoalTask, is_goal_env
 from robotrl.tasks.gym_ids import resolve_env_id
 
 from robotrl.core.env import Obs, StepResult, check_action
@@ -118,6 +119,9 @@ class GymVecEnv:
         self._dict_obs = isinstance(first.observation_space, gym.spaces.Dict)
         self.has_success = False  # becomes True once an env reports `success` or `is_success`
         self.control = None  # the env's own action semantics, unknown here
+        # a goal env's goal side, for hindsight relabelling (her_ratio); relabelling needs the episode length
+        steps = cfg.max_episode_steps or (first.spec.max_episode_steps if first.spec is not None else None)
+        self.task = GymGoalTask(first, cfg.env_id, steps) if is_goal_env(first) and steps else None
 
     # -- conversions -----------------------------------------------------------------------------
     def _obs_to_arrays(self, raw) -> dict[str, np.ndarray]:

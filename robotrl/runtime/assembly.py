@@ -112,7 +112,8 @@ def make_hindsight(cfg: TrainConfig, env) -> Hindsight | None:
     if task is None or not hasattr(task, "goal_spec"):
         raise ValueError(
             f"her_ratio={cfg.her_ratio}: task {env.name!r} has no goal to relabel (goal-conditioned tasks "
-            "define goal_spec(): panda_reach, panda_push); set her_ratio=0"
+            "define goal_spec(): panda_reach, panda_push, and gymnasium goal envs such as FetchReach-v4); "
+            "set her_ratio=0"
         )
     if pixel_keys(env.obs_spec):
         raise ValueError(f"her_ratio={cfg.her_ratio}: hindsight relabelling needs state observations, not pixels")
