@@ -5,9 +5,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
+
+# MuJoCo chooses its GL backend once, when it is first imported: EGL renders headless (videos, pixel
+# observations) unless the user set MUJOCO_GL. Set here, before any module of this package imports mujoco
+# (tasks/memory.py measures a scene with it before a backend exists).
+os.environ.setdefault("MUJOCO_GL", "egl")
 
 from robotrl.tasks.arm_task import TaskVecEnv
 from robotrl.tasks.configs import ArmTaskConfig, GymTaskConfig, HandTaskConfig

@@ -50,3 +50,30 @@ def test_a_diverged_env_is_named_when_stepping_on_threads():
     with pytest.raises(FloatingPointError, match="env 2 diverged"):
         backend.step(1)
     backend.close()
+
+
+def test_a_process_without_mujoco_gl_renders_headless_whatever_imports_mujoco_first():
+    """MuJoCo picks its GL backend when first imported; the memory estimate imports it before any backend does,
+    so the tasks package sets the EGL default itself (a headless `make train` wrote no video otherwise)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        from robotrl.tasks.arm_task import ASSETS
+        from robotrl.tasks.memory import scene_state_bytes
+        scene_state_bytes(str(ASSETS / "panda_reach.xml"))  # mujoco imported here first
+        from robotrl.tasks import TASK_CONFIGS, make_env
+        cfg = TASK_CONFIGS["panda_reach"](name="panda_reach", render_width=64, render_height=48)
+        env = make_env(cfg, render=True)
+        env.reset(seed=0)
+        frame = env.render()
+        print(frame.shape, frame.std() > 0)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "(48, 64, 3) True"
