@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -150,7 +151,10 @@ def test_state_and_pixel_datasets_round_trip_exactly_through_files_lerobot_reads
 @pytest.mark.parametrize("video", ["h264", "av1"])
 def test_lossy_video_settings_keep_camera_frames_within_codec_tolerance(tmp_path, video):
     dataset = make_dataset(tmp_path / "robotrl", {"pixels_front": TensorSpec((3, 16, 24), torch.uint8)}, (6, 5), True)
+    scheduling = os.sched_getscheduler(0), os.sched_getparam(0)
     export_lerobot(dataset, tmp_path / "lerobot", fps=FPS, video=video)
+    # SVT-AV1 moves its caller to SCHED_FIFO 99 where it may (as root): the export puts it back
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == scheduling
     check_lerobot_schema(tmp_path / "lerobot", dataset)
     back = read_lerobot(tmp_path / "lerobot")
     assert_same_episodes(dataset, back, exact_images=False)

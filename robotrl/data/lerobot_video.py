@@ -7,7 +7,9 @@ k of the file has the presentation time k / fps, and each episode names where it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -47,6 +49,23 @@ VIDEO_SETTINGS = {
 }
 
 
+@contextmanager
+def _scheduling_kept() -> Iterator[None]:
+    """Put the calling thread's scheduling back after a call into an encoder. SVT-AV1 (the `av1` settings, LeRobot's
+    default codec) moves the thread that feeds it to SCHED_FIFO at priority 99 wherever the OS allows it (as
+    root): the exporting thread then preempts every normal thread on its core until it exits (measured with
+    SVT-AV1 4.1.0, 2026-11-28). The encoder's own threads keep what it gives them, and end with the file."""
+    if not hasattr(os, "sched_getscheduler"):  # not Linux
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if os.sched_getscheduler(0) != policy or os.sched_getparam(0) != param:
+            os.sched_setscheduler(0, policy, param)
+
+
 class VideoWriter:
     """One video file, frames appended episode after episode; `frames_written` gives the next start."""
 
@@ -64,6 +83,10 @@ class VideoWriter:
         self._frame_type = av.VideoFrame
 
     def add(self, frames: Iterable[np.ndarray]) -> None:
+        with _scheduling_kept():
+            self._encode(frames)
+
+    def _encode(self, frames: Iterable[np.ndarray]) -> None:
         for image in frames:
             frame = self._frame_type.from_ndarray(np.ascontiguousarray(image), format="rgb24")
             frame.pts = self.frames_written  # in 1/fps: frame k shows at k / fps
@@ -76,9 +99,10 @@ class VideoWriter:
         return self.path.stat().st_size if self.path.exists() else 0
 
     def close(self) -> None:
-        for packet in self._stream.encode():
-            self._container.mux(packet)
-        self._container.close()
+        with _scheduling_kept():
+            for packet in self._stream.encode():
+                self._container.mux(packet)
+            self._container.close()
 
 
 def video_info(path: Path) -> dict:
