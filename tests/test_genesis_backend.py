@@ -306,22 +306,25 @@ def _tiny_run(run_dir, *overrides):
     return train(to_train_config(cfg), run_dir)
 
 
-@pytest.mark.timeout(COLD_COMPILE_TIMEOUT)  # its robotrl-eval subprocesses build Genesis scenes of their own
 def test_transfer_evaluation_mujoco_policy_on_genesis_and_back(genesis, tmp_path):
     """`robotrl-eval run=<dir> backend=genesis` evaluates a MuJoCo-trained policy on Genesis (the saved config gives
-    the task, the override only the backend), and a run trained batched on Genesis evaluates on MuJoCo."""
-    import json
+    the task, the override only the backend), and a run trained batched on Genesis evaluates on MuJoCo.
 
-    from helpers import run_module
+    The eval config is composed from the command line's overrides as robotrl-eval composes it, and run in this
+    process: a new process pays genesis's ~20 s import, and on a fresh machine compiles every kernel again (~200 s
+    on 2 cores), since Quadrants writes its kernel cache index only when the compiling process exits."""
+    from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from robotrl.config import EvalConfig
+    from robotrl.config import EvalConfig, strict_object
     from robotrl.eval import run as run_eval
 
     mujoco_run = tmp_path / "mujoco_run"
     _tiny_run(mujoco_run)
-    proc = run_module("robotrl.eval", f"run={mujoco_run}", "backend=genesis", "episodes=2", "video=false")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        eval_cfg = compose("eval", [f"run={mujoco_run}", "backend=genesis", "episodes=2", "video=false"])
+    (tmp_path / "eval_on_genesis").mkdir()
+    result = run_eval(strict_object(EvalConfig, eval_cfg), tmp_path / "eval_on_genesis")
     assert result["backend"] == "genesis" and result["episodes"] == 2 and 0.0 <= result["success"] <= 1.0
     assert OmegaConf.load(mujoco_run / "config.yaml").task.backend == "mujoco"  # the run itself is unchanged
 
