@@ -16,9 +16,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 train: $(VENV)/.installed
 	$(BIN)/robotrl-train $(ARGS)
 
-## Lint, then the test suite.
+## Lint, then the test suite: one worker per core, at most TEST_WORKERS (tests/conftest.py schedules them).
+TEST_WORKERS ?= 4
 test: $(VENV)/.installed lint
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 # import-linter finds a package's modules under its directory on disk, and robotrl.tasks, .hardware and
 # .sim2real live in tasks/, hardware/ and sim2real/: the layers are checked on a tree of links that puts them

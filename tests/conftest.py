@@ -2,11 +2,60 @@ import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+# One compute thread per test process, and per entry point a test starts (they inherit this): `make test` runs
+# one pytest worker per core, and torch's default of a thread per core in each of them oversubscribes the
+# cores; OpenMP's spinning threads then slowed a training test from ~200 to 4-6 env steps/s (2026-11-28, two
+# busy processes on 2 cores). The networks in tests are small enough that one thread loses nothing.
+os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 import torch
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Schedule for `make test`'s parallel workers (pytest-xdist, --dist loadgroup):
+    - tests on DDS share one worker (`xdist_group("dds")` in their modules): a DDS domain is machine-wide, not
+      per process, so two workers on one domain id hear each other's e-stop and joint states;
+    - the tests of a module that shares a module-scoped fixture (a Genesis scene compiled once, a learner
+      served once, a wheel built once) run in one worker, so that fixture is built once;
+    - the slow learning runs start first, so that no worker picks up a two-minute test when the others are
+      nearly done (longest first keeps the workers' finishing times close)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)  # stable: the rest keep their order
+
+
+def _uses_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "package", "session")
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+        if definition.baseid  # fixtures of pytest itself and of plugins (tmp_path_factory, ...) have no baseid
+    )
+
+
+@pytest.fixture(autouse=True)
+def _scheduling_unchanged():
+    """A test leaves the worker's thread as it found it: SVT-AV1 once moved it to SCHED_FIFO 99 (as root), and every
+    later test in that worker then starved the others on its core (robot env timing checks and Genesis tests
+    failed on timeouts, 2026-11-28). The policy is restored, and the test that changed it fails."""
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    yield
+    after = os.sched_getscheduler(0), os.sched_getparam(0)
+    if after != before:
+        os.sched_setscheduler(0, before[0], before[1])
+        pytest.fail(f"the test changed its thread's scheduling from {before} to {after}")

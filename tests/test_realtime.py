@@ -16,7 +16,10 @@ from robotrl.hardware.realtime import (
     set_realtime_priority,
 )
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_FIFO per thread is Linux-only")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_FIFO per thread is Linux-only"),
+    pytest.mark.xdist_group("dds"),  # DDS domains are machine-wide: tests/conftest.py
+]
 
 
 def _on_a_thread(fn):

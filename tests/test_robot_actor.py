@@ -25,6 +25,8 @@ from robotrl.actor import ActorConfig, to_actor_config
 from robotrl.agents.sac import SACConfig
 from robotrl.runtime.transport.config import ConnectConfig
 
+pytestmark = pytest.mark.xdist_group("dds")  # DDS domains are machine-wide: tests/conftest.py
+
 RATE = 250.0
 REACH = ArmTaskConfig(name="panda_reach")
 SMALL_SAC = SACConfig(batch_size=32, actor_hidden=[32, 32], critic_hidden=[32, 32])

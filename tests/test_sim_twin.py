@@ -34,6 +34,8 @@ from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
 
 from robotrl.core.robot_spec import load_robot_spec
 
+pytestmark = pytest.mark.xdist_group("dds")  # DDS domains are machine-wide: tests/conftest.py
+
 REPO = Path(__file__).resolve().parents[1]
 SPEC = load_robot_spec("panda")
 HOME = SPEC.home.double().numpy()
