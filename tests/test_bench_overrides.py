@@ -122,6 +122,8 @@ def _never(*args, **kwargs):
         ("gsde_smoothness", ["agent.exploration=gsde"], "what the arms compare", ["ProcessPoolExecutor"]),
         ("hil_pick", ["--hil", "agent.no_such_key=1"], "agent.no_such_key", ["record_scripted_demos", "start_run"]),
         ("hil_pick", ["--no-hil", "hil.no_such_key=1"], "hil.no_such_key", ["record_scripted_demos", "start_run"]),
+        ("her_fetch", ["agent.no_such_key=1"], "agent.no_such_key", ["run_logged"]),
+        ("her_fetch", ["task.env_id=FetchSlide-v4"], "the bench's two tasks", ["run_logged"]),
     ],
 )
 def test_the_other_benches_fail_on_a_bad_override_before_any_run(bench, monkeypatch, name, argv, named, starts):
@@ -140,6 +142,15 @@ def test_sac_returns_adds_the_overrides_to_the_locomotion_settings(bench):
     assert "agent.init_alpha=0.1" in run and "agent.init_alpha=1.0" not in run
     assert [o for o in run if o.startswith("learning_starts=")] == ["learning_starts=50"]
     assert "agent.log_std_min=-20" in run
+
+
+def test_her_fetch_gives_both_libraries_the_zoo_settings_and_robotrl_the_overrides_after_them(bench):
+    her_fetch = bench("her_fetch")
+    run = her_fetch.run_overrides("FetchReach-v4", 2_000, 1, 500, ["agent.gamma=0.98"])
+    assert "agent.gamma=0.98" in run and "agent.gamma=0.95" not in run
+    assert {"her_ratio=0.8", "agent.obs_norm=true", "eval_episodes=20", "eval_interval=500"} <= set(run)
+    assert her_fetch.steps_to([(500, 0.2), (1000, 0.95), (1500, 1.0)], 0.9, 2_000, 500) == 1000
+    assert her_fetch.steps_to([(500, 0.2)], 0.9, 2_000, 500) == 2_500  # never reached: budget plus an interval
 
 
 def test_gsde_runs_take_the_given_overrides_and_keep_their_arms_exploration(bench):
