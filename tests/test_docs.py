@@ -345,7 +345,13 @@ def check_make(args: list[str]) -> str:
     targets = [a for a in args if "=" not in a and not a.startswith("-")]
     assert len(targets) == 1, f"make {' '.join(args)}: one target expected"
     result = subprocess.run(
-        ["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60, env=_env(), check=False
+        ["make", "-n", "--no-print-directory", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+        check=False,
     )
     assert result.returncode == 0, f"make -n {' '.join(args)}: {result.stderr.strip()}"
     recipe = result.stdout.strip().splitlines()[-1]  # the target's own recipe comes last
@@ -521,7 +527,14 @@ def _documented(text: str) -> Command:
 def main_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """The main job (what `make train` runs), shortened to 200 env steps."""
     _documented(MAIN_JOB)
-    recipe = subprocess.run(["make", "-n", "train"], cwd=REPO, capture_output=True, text=True, env=_env(), check=True)
+    recipe = subprocess.run(
+        ["make", "-n", "--no-print-directory", "train"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=True,
+    )
     argv = shlex.split(recipe.stdout.strip().splitlines()[-1])
     assert _program(argv) == ("robotrl-train", []), f"make train runs {argv}, not robotrl-train"
     work = tmp_path_factory.mktemp("main_job")
