@@ -16,10 +16,12 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 train: $(VENV)/.installed
 	$(BIN)/robotrl-train $(ARGS)
 
-## Lint, then the test suite: one worker per core, at most TEST_WORKERS (tests/conftest.py schedules them).
+## Lint, then the test suite: one worker per core (at most TEST_WORKERS; tests/conftest.py schedules them),
+## then the tests on DDS alone. pytest exits 5 where ARGS select no test of a phase.
 TEST_WORKERS ?= 4
 test: $(VENV)/.installed lint
-	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadgroup -m "not dds" $(ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -m dds $(ARGS) || [ $$? -eq 5 ]
 
 # import-linter finds a package's modules under its directory on disk, and robotrl.tasks, .hardware and
 # .sim2real live in tasks/, hardware/ and sim2real/: the layers are checked on a tree of links that puts them

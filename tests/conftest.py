@@ -21,14 +21,18 @@ def _seed():
 
 def pytest_collection_modifyitems(config, items):
     """Schedule for `make test`'s parallel workers (pytest-xdist, --dist loadgroup):
-    - tests on DDS share one worker (`xdist_group("dds")` in their modules): a DDS domain is machine-wide, not
-      per process, so two workers on one domain id hear each other's e-stop and joint states;
+    - tests on DDS (marked `dds`) share one worker: a DDS domain is machine-wide, not per process, so two workers
+      on one domain id hear each other's e-stop and joint states. `make test` runs them apart, after the rest:
+      beside a busy second worker a twin's latched e-stop went unheard within the robot env's 5 s connect
+      timeout in 3 of 5 runs (test_robot_env, 2026-11-28), never when they ran alone;
     - the tests of a module that shares a module-scoped fixture (a Genesis scene compiled once, a learner
       served once, a wheel built once) run in one worker, so that fixture is built once;
     - the slow learning runs start first, so that no worker picks up a two-minute test when the others are
       nearly done (longest first keeps the workers' finishing times close)."""
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and _uses_module_fixture(item):
+        if item.get_closest_marker("dds"):
+            item.add_marker(pytest.mark.xdist_group("dds"))
+        elif _uses_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)  # stable: the rest keep their order
 

@@ -34,7 +34,7 @@ from robotrl.core.robot_spec import load_robot_spec
 from robotrl.runtime.checkpoint import save_checkpoint
 from robotrl.runtime.loop import make_training_env
 
-pytestmark = pytest.mark.xdist_group("dds")  # DDS domains are machine-wide: tests/conftest.py
+pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
 register_configs()
 RATE = 250.0

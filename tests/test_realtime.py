@@ -18,7 +18,7 @@ from robotrl.hardware.realtime import (
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_FIFO per thread is Linux-only"),
-    pytest.mark.xdist_group("dds"),  # DDS domains are machine-wide: tests/conftest.py
+    pytest.mark.dds,  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 ]
 
 

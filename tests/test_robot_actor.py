@@ -25,7 +25,7 @@ from robotrl.actor import ActorConfig, to_actor_config
 from robotrl.agents.sac import SACConfig
 from robotrl.runtime.transport.config import ConnectConfig
 
-pytestmark = pytest.mark.xdist_group("dds")  # DDS domains are machine-wide: tests/conftest.py
+pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
 RATE = 250.0
 REACH = ArmTaskConfig(name="panda_reach")

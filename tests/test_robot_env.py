@@ -36,7 +36,7 @@ from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
 from robotrl.core.robot_spec import load_robot_spec
 from robotrl.safety import EStopLatchedError
 
-pytestmark = pytest.mark.xdist_group("dds")  # DDS domains are machine-wide: tests/conftest.py
+pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
 RATE = 250.0  # twin and shield; low enough for a busy 2-core machine
 # The in-process twin shares the GIL with the env and DDS, so on a loaded 2-core machine its states can come

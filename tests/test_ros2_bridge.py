@@ -31,7 +31,7 @@ from robotrl.hardware.ros2.msgs import MESSAGE_TYPES, Bool, Float64MultiArray, I
 from robotrl.hardware.ros2.names import dds_topic_name
 from robotrl.hardware.ros2.rclpy_backend import LOOPBACK_ENV, discovery_environment, from_ros, to_ros
 
-pytestmark = pytest.mark.xdist_group("dds")  # DDS domains are machine-wide: tests/conftest.py
+pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -34,7 +34,7 @@ from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
 
 from robotrl.core.robot_spec import load_robot_spec
 
-pytestmark = pytest.mark.xdist_group("dds")  # DDS domains are machine-wide: tests/conftest.py
+pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = load_robot_spec("panda")
