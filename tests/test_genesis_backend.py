@@ -1,9 +1,9 @@
 """The Genesis backend against the backend contract, the scripted expert, and the MuJoCo backend (parity).
 
 Skipped (with the reason) where genesis-world is not installed: `pip install -e ".[genesis]"`. The first
-scene build of a process compiles Genesis's kernels (about 45 s on 2 cores, then cached under
+scene build of a process compiles Genesis's kernels (3-4 min on a fresh 2-core machine, then cached under
 ~/.cache/genesis and ~/.cache/quadrants: about 10 s for the first scene of a later process, under 1 s for
-every further scene in the same one), so the scenes here are module-scoped.
+every further scene in the same one), so the scenes here are module-scoped and built in one process.
 """
 
 import sys
