@@ -130,7 +130,9 @@ def test_two_actors_stream_flagged_transitions_and_receive_weights(learner, tmp_
     arm = start_actor(actor_config(learner.port, actor_id="arm", num_envs=2, total_steps=600), env_with_operator)
     hand_args = ["task=gym", "task.max_episode_steps=50", f"learner.address=127.0.0.1:{learner.port}"]
     hand_args += ["actor_id=hand", "total_steps=300", "batch_steps=10", "control_hz=250", "log_interval=100"]
-    hand = run_module("robotrl.actor", *hand_args, f"hydra.run.dir={tmp_path / 'hand'}", timeout=90, check=False)
+    hand = run_module(
+        "robotrl.actor", *hand_args, f"hydra.run.dir={tmp_path / 'hand'}", timeout=90, check=False, process=True
+    )
     arm = join_actor(*arm[2:], timeout=150)
     assert hand.returncode == 0, hand.stderr[-3000:]
 

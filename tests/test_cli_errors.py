@@ -13,7 +13,7 @@ from robotrl.cli_errors import ReportedError, exits_on_error, is_expected, repor
 
 def test_eval_of_a_missing_run_names_it_and_creates_nothing(tmp_path):
     missing = tmp_path / "no_such_run"
-    proc = run_module("robotrl.eval", f"run={missing}", check=False, timeout=60)
+    proc = run_module("robotrl.eval", f"run={missing}", check=False, timeout=60, process=True)
     assert proc.returncode != 0
     assert f"robotrl-eval: error: run={str(missing)!r}: {missing} does not exist" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -21,7 +21,7 @@ def test_eval_of_a_missing_run_names_it_and_creates_nothing(tmp_path):
 
 
 def test_eval_of_a_directory_that_is_no_run_names_its_missing_config_and_writes_nothing(tmp_path):
-    proc = run_module("robotrl.eval", f"run={tmp_path}", check=False, timeout=60)
+    proc = run_module("robotrl.eval", f"run={tmp_path}", check=False, timeout=60, process=True)
     assert proc.returncode != 0 and f"{tmp_path / 'config.yaml'} does not exist" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []

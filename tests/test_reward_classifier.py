@@ -1,14 +1,11 @@
 """Reward classifier: learning, threshold calibration, save/load, episode frames, the env wrapper, the CLI."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
-from helpers import run_with_file_size_limit
+from helpers import run_module, run_with_file_size_limit
 
 from robotrl.core.env import StepResult
 from robotrl.core.spec import TensorSpec
@@ -413,14 +410,7 @@ def test_train_classifier_entry_point(tmp_path):
 
 
 def test_train_classifier_cli_rejects_unknown_keys(tmp_path):
-    env = dict(os.environ, HYDRA_FULL_ERROR="0")
-    proc = subprocess.run(
-        [sys.executable, "-m", "robotrl.train_classifier", "datasets=[x]", f"out={tmp_path}", "epoch=3"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    proc = run_module("robotrl.train_classifier", "datasets=[x]", f"out={tmp_path}", "epoch=3", check=False)
     assert proc.returncode != 0
     assert "Key 'epoch' not in 'TrainClassifierConfig'" in proc.stderr
 
