@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS
+from robotrl.core.policy_bundle import FORMATS as BUNDLE_FORMATS
 from robotrl.hil.config import HILConfig
 from robotrl.tasks import TASK_CONFIGS
 from robotrl.tasks.configs import BACKENDS
@@ -134,6 +135,18 @@ class EvalConfig:
         _check_device(self.device)
 
 
+@dataclass
+class ExportConfig:
+    run: str = MISSING  # the run directory whose policy to export: robotrl-train's or robotrl-learner's
+    format: str = "onnx"  # the bundle's graph format (robotrl/core/policy_bundle.py: FORMATS)
+    out: str | None = None  # the bundle directory to write (must not exist); null: <run>/bundles/<checkpoint>_<format>
+    checkpoint: str | None = None  # a checkpoint's directory name under <run>/checkpoints; null: the latest
+
+    def validate(self) -> None:
+        if self.format not in BUNDLE_FORMATS:
+            raise ValueError(f"format must be one of {', '.join(BUNDLE_FORMATS)}, got {self.format!r}")
+
+
 def _check_device(device: str) -> None:
     if device != "auto" and not (device == "cpu" or device.startswith("cuda")):
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
@@ -170,6 +183,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalConfig)
+    cs.store(name="export_schema", node=ExportConfig)
     for name, node in AGENT_CONFIGS.items():
         cs.store(group="schema/agent", name=name, node=node)
     for name, node in TASK_CONFIGS.items():

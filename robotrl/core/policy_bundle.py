@@ -1,0 +1,315 @@
+"""A policy bundle: an exported policy as a directory a robot PC runs without the training stack.
+
+robotrl-export (robotrl/export.py, the graph built by robotrl/runtime/policy_export.py) writes it:
+
+    policy.onnx        one graph from the raw observation entries (one named input per entry, batch first, camera
+                       entries uint8 as the robot's stacked frames) to the action in the task's bounds
+    deploy_spec.json   the run's deploy spec (robotrl/core/deploy_spec.py): what the robot feeds each input from
+    bundle.json        the manifest: format version, sha256 of the two files above, the source run and checkpoint,
+                       each input's name, shape and dtype, the output and its bounds, the export's own parity check
+
+`load_bundle` reads it back and refuses, naming the file and the entry, a manifest that is not whole and valid, a
+bundle from a newer robotrl, a file whose sha256 is not the manifest's, a deploy spec whose observations or action
+do not match the inputs and output, and a graph whose inputs differ from the manifest's, all before a session is
+made: what runs is exactly the bytes that were hashed. onnxruntime (extra `export`) is imported only then.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robotrl.core.checksum import SHA256_HEX, mismatch_problem, sha256_of_bytes
+from robotrl.core.deploy_spec import FILE_NAME as SPEC_FILE
+from robotrl.core.deploy_spec import DeploySpec, DeploySpecError
+
+FORMAT_VERSION = 1
+MANIFEST_FILE = "bundle.json"
+ONNX_FILE = "policy.onnx"
+FORMATS = {"onnx": ONNX_FILE}  # format -> the graph's file
+DTYPES = ("float32", "uint8")
+BATCH = "batch"  # the name of every input's and the output's dynamic first dimension
+INSTALL_HINT = "pip install 'robotrl[export]'"
+
+
+class BundleError(ValueError):
+    """A policy bundle that cannot be used: the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class BundleInput:
+    """One input of the graph: an observation entry, [batch, *shape] of `dtype`."""
+
+    name: str
+    shape: tuple[int, ...]  # without the batch dimension
+    dtype: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": [BATCH, *self.shape], "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    """bundle.json's contents, validated."""
+
+    format: str
+    agent: str
+    run: str
+    checkpoint: str
+    inputs: tuple[BundleInput, ...]
+    output: str
+    action_dim: int
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    sha256: dict[str, str]  # file name -> its sha256: the graph's and the deploy spec's
+    parity: dict[str, Any]  # what the export measured: max |onnxruntime - torch| over `samples` observations
+    opset: int
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "format": self.format,
+            "agent": self.agent,
+            "source": {"run": self.run, "checkpoint": self.checkpoint},
+            "inputs": [entry.to_json() for entry in self.inputs],
+            "output": {
+                "name": self.output,
+                "shape": [BATCH, self.action_dim],
+                "dtype": "float32",
+                "low": list(self.action_low),
+                "high": list(self.action_high),
+            },
+            "sha256": dict(self.sha256),
+            "parity": dict(self.parity),
+            "opset": self.opset,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> BundleManifest:
+        """The manifest in `data` (parsed JSON); BundleError naming the entry that is missing or wrong."""
+        if not isinstance(data, dict):
+            raise BundleError(f"the manifest must be a JSON object, got {type(data).__name__}")
+        version = data.get("format_version")
+        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 1):
+            raise BundleError(f"format_version must be an integer >= 1, got {version!r}")
+        if version > FORMAT_VERSION:
+            raise BundleError(f"format_version {version} is newer than this robotrl reads ({FORMAT_VERSION})")
+        fmt = _get(data, "format", str)
+        if fmt not in FORMATS:
+            raise BundleError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        source = _get(data, "source", dict)
+        inputs = tuple(_input(entry, i) for i, entry in enumerate(_get(data, "inputs", list)))
+        if not inputs or len({entry.name for entry in inputs}) != len(inputs):
+            raise BundleError(f"inputs must name one or more distinct entries, got {[e.name for e in inputs]}")
+        output = _get(data, "output", dict)
+        shape = _get(output, "shape", list, "output.shape")
+        if len(shape) != 2 or shape[0] != BATCH or not _count(shape[1]):
+            raise BundleError(f"output.shape must be ['{BATCH}', action_dim], got {shape!r}")
+        low = _numbers(_get(output, "low", list, "output.low"), "output.low")
+        high = _numbers(_get(output, "high", list, "output.high"), "output.high")
+        if len(low) != shape[1] or len(high) != shape[1] or not all(lo < hi for lo, hi in zip(low, high, strict=True)):
+            raise BundleError(f"output.low/high must give {shape[1]} bounds each with low < high: {low}, {high}")
+        hashes = _get(data, "sha256", dict)
+        for name in (FORMATS[fmt], SPEC_FILE):
+            if not (isinstance(hashes.get(name), str) and SHA256_HEX.fullmatch(hashes[name])):
+                raise BundleError(f"sha256.{name} must be a sha256 hex digest, got {hashes.get(name)!r}")
+        opset = _get(data, "opset", int)
+        return cls(
+            format=fmt,
+            agent=_get(data, "agent", str),
+            run=_get(source, "run", str, "source.run"),
+            checkpoint=_get(source, "checkpoint", str, "source.checkpoint"),
+            inputs=inputs,
+            output=_get(output, "name", str, "output.name"),
+            action_dim=shape[1],
+            action_low=tuple(low),
+            action_high=tuple(high),
+            sha256={name: hashes[name] for name in (FORMATS[fmt], SPEC_FILE)},
+            parity=_get(data, "parity", dict),
+            opset=opset,
+            format_version=version,
+        )
+
+
+def check_against_spec(manifest: BundleManifest, spec: DeploySpec) -> None:
+    """BundleError where the deploy spec's observations or action disagree with the graph's inputs and output:
+    the robot would feed the graph what the spec describes."""
+    entries = {entry.name: entry for entry in manifest.inputs}
+    if set(entries) != set(spec.observations):
+        raise BundleError(
+            f"{SPEC_FILE}: its observation entries {sorted(spec.observations)} are not the graph's inputs "
+            f"{sorted(entries)}"
+        )
+    for name, entry in entries.items():
+        observed = spec.observations[name]
+        if tuple(observed.shape) != entry.shape or observed.dtype != entry.dtype:
+            raise BundleError(
+                f"{SPEC_FILE}: observations.{name} is {observed.dtype} {list(observed.shape)}, the graph's input "
+                f"is {entry.dtype} {list(entry.shape)}"
+            )
+    if spec.action_dim != manifest.action_dim:
+        raise BundleError(f"{SPEC_FILE}: action_dim is {spec.action_dim}, the graph's is {manifest.action_dim}")
+    bounds = (tuple(map(float, spec.action_low)), tuple(map(float, spec.action_high)))
+    if bounds != (manifest.action_low, manifest.action_high):
+        raise BundleError(
+            f"{SPEC_FILE}: action bounds {list(spec.action_low)}..{list(spec.action_high)} are not the graph's "
+            f"{list(manifest.action_low)}..{list(manifest.action_high)}"
+        )
+
+
+class PolicyBundle:
+    """A loaded, verified bundle: `act(obs)` runs the graph (onnxruntime, CPU) on a batch of raw observations."""
+
+    def __init__(self, path: Path, manifest: BundleManifest, spec: DeploySpec, session: Any):
+        self.path, self.manifest, self.spec, self.session = path, manifest, spec, session
+        self.inputs = {entry.name: entry for entry in manifest.inputs}
+
+    def act(self, obs: Mapping[str, Any]) -> np.ndarray:
+        """Actions [B, action_dim] (float32, in the task's bounds) for observations {entry: [B, *shape]} (numpy
+        arrays or anything `np.asarray` takes, a CPU torch tensor included). ValueError naming an entry that is
+        missing, unexpected, of the wrong shape or dtype, or a batch size that differs between entries."""
+        if set(obs) != set(self.inputs):
+            missing, extra = sorted(set(self.inputs) - set(obs)), sorted(set(obs) - set(self.inputs))
+            raise ValueError(f"the policy takes entries {sorted(self.inputs)}: missing {missing}, unexpected {extra}")
+        feed, batch = {}, None
+        for name, entry in self.inputs.items():
+            value = np.asarray(obs[name])
+            if value.dtype != np.dtype(entry.dtype):
+                raise ValueError(f"observation {name!r} must be {entry.dtype}, got {value.dtype}")
+            if value.ndim != len(entry.shape) + 1 or tuple(value.shape[1:]) != entry.shape:
+                raise ValueError(
+                    f"observation {name!r} must be [B, {', '.join(map(str, entry.shape))}], got {list(value.shape)}"
+                )
+            if batch is not None and value.shape[0] != batch:
+                raise ValueError(f"observation {name!r} has batch {value.shape[0]}, the others {batch}")
+            batch = value.shape[0]
+            feed[name] = np.ascontiguousarray(value)
+        if batch == 0:
+            raise ValueError("an empty batch of observations")
+        return self.session.run([self.manifest.output], feed)[0]
+
+
+def read_manifest(path: str | Path) -> BundleManifest:
+    """The manifest of bundle directory `path`; FileNotFoundError or BundleError naming the file."""
+    bundle = Path(path)
+    file = bundle / MANIFEST_FILE
+    if not bundle.is_dir():
+        raise FileNotFoundError(f"policy={str(path)!r}: no such bundle directory")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{file}: missing (not a policy bundle? robotrl-export writes one)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BundleError(f"{file}: cannot be read as JSON: {error}") from None
+    try:
+        return BundleManifest.from_json(data)
+    except BundleError as error:
+        raise BundleError(f"{file}: {error}") from None
+
+
+def _verified_bytes(bundle: Path, name: str, expected: str) -> bytes:
+    file = bundle / name
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise BundleError(f"{file}: missing ({MANIFEST_FILE} lists it)") from None
+    digest = sha256_of_bytes(data)
+    if digest != expected:
+        raise BundleError(f"{file}: {mismatch_problem(digest, expected, MANIFEST_FILE)}")
+    return data
+
+
+def load_bundle(path: str | Path, threads: int = 1) -> PolicyBundle:
+    """The verified bundle in directory `path`, its graph in an onnxruntime session on `threads` CPU threads.
+    Everything is checked before the session is made (see the module docstring); ImportError naming the extra
+    where onnxruntime is not installed."""
+    bundle = Path(path)
+    manifest = read_manifest(bundle)
+    graph = _verified_bytes(bundle, FORMATS[manifest.format], manifest.sha256[FORMATS[manifest.format]])
+    spec_bytes = _verified_bytes(bundle, SPEC_FILE, manifest.sha256[SPEC_FILE])
+    try:
+        spec = DeploySpec.from_json(json.loads(spec_bytes.decode("utf-8")))
+    except (UnicodeDecodeError, json.JSONDecodeError, DeploySpecError) as error:
+        raise BundleError(f"{bundle / SPEC_FILE}: {error}") from None
+    check_against_spec(manifest, spec)
+    session = _onnx_session(graph, threads)
+    _check_session(bundle, manifest, session)
+    return PolicyBundle(bundle, manifest, spec, session)
+
+
+def _onnx_session(graph: bytes, threads: int) -> Any:
+    try:
+        import onnxruntime  # the export extra: only a program that runs a bundle needs it
+    except ImportError as error:
+        raise ImportError(f"running a policy bundle needs onnxruntime: {INSTALL_HINT} ({error})") from None
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
+
+_ONNX_TYPES = {"float32": "tensor(float)", "uint8": "tensor(uint8)"}
+
+
+def _check_session(bundle: Path, manifest: BundleManifest, session: Any) -> None:
+    """BundleError where the graph's inputs or output are not the manifest's (names, ranks, fixed sizes, types)."""
+    where = bundle / FORMATS[manifest.format]
+    graph_inputs = {node.name: node for node in session.get_inputs()}
+    if set(graph_inputs) != {entry.name for entry in manifest.inputs}:
+        raise BundleError(
+            f"{where}: its inputs {sorted(graph_inputs)} are not the manifest's {[e.name for e in manifest.inputs]}"
+        )
+    for entry in manifest.inputs:
+        node = graph_inputs[entry.name]
+        if node.type != _ONNX_TYPES[entry.dtype] or list(node.shape[1:]) != list(entry.shape):
+            raise BundleError(
+                f"{where}: input {entry.name!r} is {node.type} {node.shape}, the manifest says {entry.dtype} "
+                f"{entry.to_json()['shape']}"
+            )
+    outputs = [node.name for node in session.get_outputs()]
+    if outputs != [manifest.output]:
+        raise BundleError(f"{where}: its outputs {outputs} are not the manifest's [{manifest.output!r}]")
+
+
+# -- manifest parsing helpers -------------------------------------------------------------------------------
+
+
+def _get(data: dict, key: str, kind: type, where: str | None = None) -> Any:
+    where = where or key
+    if key not in data:
+        raise BundleError(f"{where} is missing")
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BundleError(f"{where} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _numbers(values: list, where: str) -> list[float]:
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        raise BundleError(f"{where} must hold finite numbers, got {values!r}")
+    return [float(v) for v in values]
+
+
+def _input(entry: Any, index: int) -> BundleInput:
+    where = f"inputs[{index}]"
+    if not isinstance(entry, dict):
+        raise BundleError(f"{where} must be an object, got {entry!r}")
+    name = _get(entry, "name", str, f"{where}.name")
+    shape = _get(entry, "shape", list, f"{where}.shape")
+    if len(shape) < 2 or shape[0] != BATCH or not all(_count(n) for n in shape[1:]):
+        raise BundleError(f"{where}.shape must be ['{BATCH}', sizes >= 1 ...], got {shape!r}")
+    dtype = _get(entry, "dtype", str, f"{where}.dtype")
+    if dtype not in DTYPES:
+        raise BundleError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return BundleInput(name, tuple(shape[1:]), dtype)

@@ -1,0 +1,202 @@
+"""robotrl-export: a tiny trained SAC (state) and DrQ-v2 (pixels) run exported as bundles whose onnxruntime actions
+equal torch's deterministic actions on recorded observations; bad input refused before anything is written."""
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime", reason="the export extra (onnxruntime) is not installed")
+pytest.importorskip("onnxscript", reason="the export extra (onnxscript, torch's ONNX exporter) is not installed")
+
+from helpers import run_module
+
+from robotrl.agents import make_agent
+from robotrl.core.policy_bundle import MANIFEST_FILE, BundleError, load_bundle
+from robotrl.runtime import policy_export
+from robotrl.runtime.assembly import make_training_env
+from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from robotrl.runtime.run_config import load_run_config
+
+TOL = 1e-5
+COMMON = [
+    "task=panda_reach",
+    "log_interval=100",
+    "eval_interval=100000",
+    "video=false",
+    "progress=false",
+    "replay_capacity=5000",
+]
+SAC_RUN = [
+    *COMMON,
+    "total_steps=300",
+    "learning_starts=100",
+    "checkpoint_interval=300",
+    "agent.batch_size=32",
+    "agent.actor_hidden=[32,32]",
+    "agent.critic_hidden=[32,32]",
+    "agent.obs_norm=true",  # the normaliser's statistics are part of the graph
+]
+DRQ_RUN = [
+    *COMMON,
+    "agent=drqv2_light",
+    "agent.precision=fp32",  # the bundle computes in float32; a bf16 agent's torch actions are the coarser ones
+    "agent.obs_norm=true",
+    "task.obs=state+pixels",
+    "task.image_size=64",
+    "total_steps=200",
+    "learning_starts=100",
+    "checkpoint_interval=200",
+    "agent.batch_size=16",
+    "agent.hidden=[32]",
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export_runs")
+    made = {}
+    for name, args in (("state", SAC_RUN), ("pixels", DRQ_RUN)):
+        run_module("robotrl.train", *args, f"hydra.run.dir={root / name}")
+        made[name] = root / name
+    return made
+
+
+def recorded_observations(run_dir, steps: int, num_envs: int = 8):
+    """Observations from rollouts of the run's own policy, a little noise added so that they spread."""
+    cfg = load_run_config(run_dir)
+    env = make_training_env(cfg, num_envs=num_envs)
+    agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
+    load_checkpoint(latest_checkpoint(run_dir / "checkpoints"), agent, replay=None, restore_rng=False)
+    agent.eval()
+    obs, recorded = env.reset(seed=3), []
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        recorded.append({k: v.clone() for k, v in obs.items()})
+        action = agent.act(obs, deterministic=True)
+        action = (action + 0.3 * torch.randn(action.shape, generator=generator)).clamp(-1, 1)
+        obs = env.step(action).next_obs
+    env.close()
+    return agent, {k: torch.cat([o[k] for o in recorded]) for k in recorded[0]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, steps", [("state", 40), ("pixels", 25)])
+def test_the_bundle_acts_as_torch_does_on_recorded_observations(runs, tmp_path, kind, steps):
+    out = tmp_path / "bundle"
+    proc = run_module("robotrl.export", f"run={runs[kind]}", "format=onnx", f"out={out}")
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert printed["bundle"] == str(out) and printed["parity"]["max_abs_action_diff"] <= TOL
+    bundle = load_bundle(out)
+    spec = bundle.spec
+    names = {entry.name for entry in bundle.manifest.inputs}
+    assert names == set(spec.observations)
+    if kind == "pixels":
+        frames = spec.observations["pixels_front"]
+        assert frames.dtype == "uint8" and frames.shape == (3 * spec.frame_stack, 64, 64)
+
+    agent, obs = recorded_observations(runs[kind], steps)
+    total = next(iter(obs.values())).shape[0]
+    assert total >= 200
+    eager = agent.act(obs, deterministic=True).numpy()
+    low, high = np.array(spec.action_low), np.array(spec.action_high)
+    eager = low + (eager + 1) / 2 * (high - low)
+    whole = bundle.act({k: v.numpy() for k, v in obs.items()})
+    assert whole.dtype == np.float32 and whole.shape == eager.shape
+    assert np.abs(whole - eager).max() <= TOL
+    for batch in (1, 7):
+        for start in range(0, 4 * batch, batch):
+            part = bundle.act({k: v[start : start + batch].numpy() for k, v in obs.items()})
+            assert part.shape == (batch, spec.action_dim)
+            assert np.abs(part - eager[start : start + batch]).max() <= TOL
+
+
+def _listing(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_bad_input_is_refused_before_anything_is_written(runs, tmp_path):
+    run = runs["state"]
+    before = _listing(run)
+    missing = tmp_path / "no_such_run"
+    bad = run_module("robotrl.export", f"run={missing}", check=False)
+    assert bad.returncode == 1 and "no_such_run" in bad.stderr and not missing.exists()
+    not_a_run = tmp_path / "empty"
+    not_a_run.mkdir()
+    bad = run_module("robotrl.export", f"run={not_a_run}", check=False)
+    assert bad.returncode == 1 and "not a robotrl run directory" in bad.stderr
+    assert list(not_a_run.iterdir()) == []
+    bad = run_module("robotrl.export", f"run={run}", "format=tflite", check=False)
+    assert bad.returncode == 1 and "'tflite'" in bad.stderr
+    bad = run_module("robotrl.export", f"run={run}", "checkpoint=step_9", check=False)
+    assert bad.returncode == 1 and "'step_9'" in bad.stderr
+    bad = run_module("robotrl.export", f"run={run}", f"out={run}", check=False)
+    assert bad.returncode == 1 and "already exists" in bad.stderr
+    assert _listing(run) == before
+
+
+def test_an_agent_that_cannot_be_exported_is_named(runs, tmp_path, monkeypatch):
+    monkeypatch.setattr(policy_export, "EXPORTABLE_AGENTS", ("drqv2",))
+    with pytest.raises(policy_export.ExportError, match=r"agent 'sac'"):
+        policy_export.export_bundle(runs["state"], tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
+
+
+@pytest.fixture(scope="module")
+def state_bundle(runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundles") / "state"
+    policy_export.export_bundle(runs["state"], out)
+    return out
+
+
+def test_a_bundle_whose_hash_does_not_match_is_refused(state_bundle, tmp_path):
+    for name in ("policy.onnx", "deploy_spec.json"):
+        copy = tmp_path / name
+        shutil.copytree(state_bundle, copy)
+        data = bytearray((copy / name).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (copy / name).write_bytes(bytes(data))
+        with pytest.raises(BundleError, match=rf"{name}: checksum mismatch"):
+            load_bundle(copy)
+
+
+def test_a_manifest_that_disagrees_or_is_not_whole_is_refused(state_bundle, tmp_path):
+    manifest = json.loads((state_bundle / MANIFEST_FILE).read_text())
+    cases = {
+        "format_version": (lambda m: m.update(format_version=99), r"format_version 99 is newer"),
+        "format": (lambda m: m.update(format="tflite"), r"format must be one of onnx, got 'tflite'"),
+        "inputs": (lambda m: m["inputs"].pop(), r"observation entries .* are not the graph's inputs"),
+        "shape": (lambda m: m["inputs"][0].update(shape=["batch", 99]), r"observations\.arm_qpos is float32 \[7\]"),
+        "sha": (lambda m: m["sha256"].pop("policy.onnx"), r"sha256\.policy\.onnx must be a sha256"),
+    }
+    for name, (change, message) in cases.items():
+        copy = tmp_path / name
+        shutil.copytree(state_bundle, copy)
+        edited = json.loads(json.dumps(manifest))
+        change(edited)
+        (copy / MANIFEST_FILE).write_text(json.dumps(edited))
+        with pytest.raises(BundleError, match=message):
+            load_bundle(copy)
+    with pytest.raises(FileNotFoundError, match="not a policy bundle"):
+        load_bundle(tmp_path)
+
+
+def test_the_bundle_checks_what_it_is_fed(state_bundle):
+    bundle = load_bundle(state_bundle)
+    obs = {e.name: np.zeros((2, *e.shape), np.float32) for e in bundle.manifest.inputs}
+    assert bundle.act(obs).shape == (2, bundle.manifest.action_dim)
+    with pytest.raises(ValueError, match=r"missing \['target'\]"):
+        bundle.act({k: v for k, v in obs.items() if k != "target"})
+    with pytest.raises(ValueError, match=r"'arm_qpos' must be float32, got float64"):
+        bundle.act({**obs, "arm_qpos": obs["arm_qpos"].astype(np.float64)})
+    with pytest.raises(ValueError, match=r"'arm_qpos' must be \[B, 7\]"):
+        bundle.act({**obs, "arm_qpos": np.zeros((2, 6), np.float32)})
+
+
+def test_running_a_bundle_without_onnxruntime_names_the_extra(state_bundle, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(ImportError, match=r"robotrl\[export\]"):
+        load_bundle(state_bundle)
