@@ -22,6 +22,7 @@ the docs needs a way to be checked here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import json
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import run_module
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -501,18 +503,24 @@ def _shortened(argv: list[str], extra: list[str]) -> list[str]:
     return [a for a in argv if a.partition("=")[0] not in keys] + extra
 
 
-def _run(argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def _run(argv: list[str], cwd: Path, timeout: float = 120, process: bool = False) -> subprocess.CompletedProcess:
+    """The documented program with `argv`'s arguments, from `cwd`: its console script in a process of its own
+    (`process`), else its main() in this one (tests/helpers.py run_module), which spares the imports."""
     program = _program(argv)
     assert program is not None, argv
-    result = subprocess.run(
-        [str(BIN / program[0]), *program[1]],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(),
-        check=False,
-    )
+    if process:
+        result = subprocess.run(
+            [str(BIN / program[0]), *program[1]],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(),
+            check=False,
+        )
+    else:
+        with contextlib.chdir(cwd):
+            result = run_module(SCRIPTS[program[0]], *program[1], check=False)
     assert result.returncode == 0, f"{' '.join(argv)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
@@ -539,7 +547,7 @@ def main_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     assert _program(argv) == ("robotrl-train", []), f"make train runs {argv}, not robotrl-train"
     work = tmp_path_factory.mktemp("main_job")
     run_dir = work / "run"
-    result = _run(_shortened(argv, [*SHORT, f"hydra.run.dir={run_dir}"]), cwd=work)
+    result = _run(_shortened(argv, [*SHORT, f"hydra.run.dir={run_dir}"]), cwd=work, process=True)
     return run_dir, result
 
 
