@@ -3,6 +3,11 @@
     robotrl-sim-twin robot=panda &                                     # or a real robot's driver
     robotrl-deploy run=runs/reach hardware=sim_twin episodes=3 +goal.target=[0.5,0.1,0.3]  # or drawn
     robotrl-deploy run=runs/reach hardware=panda duration=60 record=/data/session1
+    robotrl-deploy policy=runs/reach/bundles/step_000100000_onnx hardware=panda   # an exported bundle
+
+`policy=<bundle>` (robotrl-export's, docs/sim2real.md) runs the bundle's graph in onnxruntime instead of the run's
+checkpoint in torch: its files are checked against the manifest's sha256 and its deploy spec against the graph
+before a robot env exists (robotrl/core/policy_bundle.py), then everything below applies to it unchanged.
 
 The run's deploy spec (its deploy_spec.json, robotrl/core/deploy_spec.py, written when the run started) gives
 the controller settings (control kind, step sizes, relative_frame, gripper, episode length) and every
@@ -26,6 +31,7 @@ import json
 import logging
 import math
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,17 +42,19 @@ import hydra
 import numpy as np
 import torch
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig
-from robotrl.hardware.deployment import load_deploy_spec, load_policy
+from omegaconf import DictConfig, OmegaConf
+from robotrl.hardware.deployment import load_bundle_policy, load_deploy_spec, load_policy
 from robotrl.hardware.estop import subscribe_estop
 from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError
 from robotrl.tasks import task_functions
 
-from robotrl.cli_errors import reports_errors
+from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import strict_object
 from robotrl.core.deploy_spec import DeploySpec, ObsEntry
 from robotrl.core.env import EnvCancelled
+from robotrl.core.policy_bundle import read_manifest
 from robotrl.core.robot_spec import load_robot_spec
+from robotrl.runtime.run_config import run_config_file
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +69,13 @@ ROBOT_STATE_KEYS = {
 }
 
 
+NO_POLICY = "give the policy to deploy as run=<run dir> or as policy=<bundle dir>, one of them"
+
+
 @dataclass
 class DeployConfig:
-    run: str = "???"  # a robotrl-train or robotrl-learner run directory (config.yaml and checkpoints/)
+    run: str | None = None  # a robotrl-train or robotrl-learner run directory (config.yaml and checkpoints/)
+    policy: str | None = None  # or a policy bundle directory (robotrl-export's), run through onnxruntime
     hardware: RobotEnvConfig = field(default_factory=RobotEnvConfig)
     episodes: int = 1
     duration: float | None = None  # seconds; stops the session (mid-episode) when it passes
@@ -74,6 +86,10 @@ class DeployConfig:
     record: str | None = None  # rosbag2 directory to create (MCAP)
 
     def validate(self) -> None:
+        if (self.run is None) == (self.policy is None):
+            raise ValueError(f"{NO_POLICY}: got run={self.run!r}, policy={self.policy!r}")
+        if self.policy is not None and self.device != "cpu":
+            raise ValueError(f"device={self.device!r}: a policy bundle runs on onnxruntime's CPU provider (device=cpu)")
         if self.episodes < 1:
             raise ValueError(f"episodes must be >= 1, got {self.episodes}")
         if self.duration is not None and not self.duration > 0:
@@ -341,10 +357,15 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
 
     cfg.validate()
     stop = stop or threading.Event()
-    agent, spec, checkpoint = load_policy(cfg.run, cfg.device)
+    if cfg.policy is not None:  # checked whole (hashes, spec against graph) before the robot env exists
+        agent, spec, checkpoint = load_bundle_policy(cfg.policy)
+    else:
+        agent, spec, checkpoint = load_policy(cfg.run, cfg.device)
     env = make_robot_env(cfg.hardware, spec, cfg.goal, cfg.relative_goal, cfg.episode_steps)
     recorder = None
     summary: dict[str, Any] = {"checkpoint": checkpoint, "control": spec.control}
+    if cfg.policy is not None:
+        summary["bundle"] = str(cfg.policy)
     steps = episodes = policy_errors = 0
     start = time.monotonic()
     try:
@@ -424,12 +445,43 @@ def _round(value: float) -> float:
     return round(float(value), 3) if math.isfinite(value) else float(value)
 
 
+def _output_root(run: str | None, policy: str | None) -> str:
+    """Where Hydra's output directory goes (deploy.yaml): under the run directory, or the bundle's. Neither given:
+    an error, before Hydra creates anything."""
+    if run is None and policy is None:
+        raise ValueError(NO_POLICY)
+    return run if run is not None else policy
+
+
 def register_config() -> None:
-    """Registers `deploy_schema` with Hydra (done by main; tools that compose the config call it)."""
+    """Registers `deploy_schema` with Hydra, and the resolver deploy.yaml's output directory uses (done by main;
+    tools that compose the config call it)."""
     ConfigStore.instance().store(name="deploy_schema", node=DeployConfig)
+    OmegaConf.register_new_resolver("deploy_output_root", _output_root, replace=True)
+
+
+def _check_policy_before_hydra(argv: list[str]) -> None:
+    """Hydra creates its output directory under the run or the bundle before the task starts: a `run=` that is
+    not a run directory, a `policy=` that is not a bundle, both or (Hydra's own options aside) neither given, fails
+    first, so that nothing is created at a mistyped path."""
+    given = {}
+    for arg in argv[1:]:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") in ("run", "policy"):
+            given[key.lstrip("+")] = value
+    if len(given) > 1:
+        raise ValueError(f"{NO_POLICY}: got both")
+    if not given and not any(arg.startswith("-") for arg in argv[1:]):  # --help, --cfg job, ... need neither
+        raise ValueError(NO_POLICY)
+    if "run" in given:
+        run_config_file(given["run"])
+    elif "policy" in given:
+        read_manifest(given["policy"])
 
 
 def main() -> None:
+    with exits_on_error("robotrl-deploy"):
+        _check_policy_before_hydra(sys.argv)
     register_config()
 
     @hydra.main(version_base="1.3", config_path="pkg://robotrl.configs", config_name="deploy")

@@ -1,4 +1,5 @@
-"""A run directory loaded for a robot: its deploy spec and its policy, with no simulator and no robot env imported.
+"""A run directory or a policy bundle loaded for a robot: its deploy spec and its policy, with no simulator and no
+robot env imported.
 
 robotrl-train and robotrl-learner write `deploy_spec.json` (robotrl/core/deploy_spec.py) into the run directory
 when the run starts. A run made before they did has none: `load_deploy_spec` then derives it once from the run's
@@ -8,13 +9,16 @@ config.yaml, building the simulated env as deployment used to, writes it, and lo
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from robotrl.tasks import deploy_spec_for
 
 from robotrl.agents import make_agent
 from robotrl.core.deploy_spec import DeploySpec, DeploySpecError, read_deploy_spec, spec_path, write_deploy_spec
+from robotrl.core.policy_bundle import BundleError, PolicyBundle, load_bundle
 from robotrl.runtime.assembly import make_training_env, resolve_device
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from robotrl.runtime.run_config import load_run_config
@@ -61,3 +65,38 @@ def load_policy(run: str | Path, device: str = "cpu") -> tuple[Any, DeploySpec, 
     load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
     agent.eval()
     return agent, spec, ckpt.name
+
+
+class BundlePolicy:
+    """A verified policy bundle (robotrl/core/policy_bundle.py) in the place of an agent: `act` runs its graph in
+    onnxruntime on the CPU. The graph holds no state (frame stacks are inputs), so the evaluation clock is a no-op."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, bundle: PolicyBundle):
+        self.bundle = bundle
+
+    def reset_evaluation(self, num_envs: int) -> None:
+        pass
+
+    def advance_evaluation(self, episode_start: torch.Tensor) -> None:
+        pass
+
+    def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        if not deterministic:
+            raise ValueError("a policy bundle acts deterministically only")
+        return torch.from_numpy(self.bundle.act({key: value.cpu().numpy() for key, value in obs.items()}))
+
+
+def load_bundle_policy(path: str | Path) -> tuple[BundlePolicy, DeploySpec, str]:
+    """(policy, deploy spec, source checkpoint) of the policy bundle in directory `path`, every file checked against
+    the manifest's sha256 and the spec against the graph (`load_bundle`). Its actions go to a robot env as they
+    are, so the bundle's action bounds must be the robot env's, [-1, 1]: BundleError otherwise."""
+    bundle = load_bundle(path)
+    unit = (tuple([-1.0] * bundle.manifest.action_dim), tuple([1.0] * bundle.manifest.action_dim))
+    if (bundle.manifest.action_low, bundle.manifest.action_high) != unit:
+        raise BundleError(
+            f"policy={str(path)!r}: its actions are in {list(bundle.manifest.action_low)}.."
+            f"{list(bundle.manifest.action_high)}; a robot env takes [-1, 1] in each dimension"
+        )
+    return BundlePolicy(bundle), bundle.spec, bundle.manifest.checkpoint

@@ -200,3 +200,53 @@ def test_running_a_bundle_without_onnxruntime_names_the_extra(state_bundle, monk
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(ImportError, match=r"robotrl\[export\]"):
         load_bundle(state_bundle)
+
+
+@pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
+def test_robotrl_deploy_runs_a_bundle_on_the_twin_and_refuses_a_tampered_one(state_bundle, tmp_path):
+    pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
+    pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl[ros]"')
+    import threading
+
+    from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+
+    rate, domain = 250.0, 231
+    tampered = tmp_path / "tampered"
+    shutil.copytree(state_bundle, tampered)
+    data = bytearray((tampered / "policy.onnx").read_bytes())
+    data[-10] ^= 0xFF
+    (tampered / "policy.onnx").write_bytes(bytes(data))
+    twin = SimTwin(SimTwinConfig(rate_hz=rate, domain_id=domain, report_interval=0))
+    thread = threading.Thread(target=twin.run, daemon=True)
+    thread.start()
+    args = ["hardware=sim_twin", f"hardware.domain_id={domain}", f"hardware.control_rate_hz={rate}", "episodes=1"]
+    try:
+        bad = run_module(
+            "robotrl.hardware.deploy",
+            f"policy={tampered}",
+            *args,
+            f"hydra.run.dir={tmp_path / 'hydra_bad'}",
+            check=False,
+            timeout=60,
+        )
+        assert bad.returncode == 1 and "policy.onnx: checksum mismatch" in bad.stderr
+        assert twin.accepted["commands"] == 0  # refused before a robot env existed
+        proc = run_module(
+            "robotrl.hardware.deploy",
+            f"policy={state_bundle}",
+            *args,
+            "episode_steps=15",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+            timeout=120,
+        )
+    finally:
+        twin.stop()
+        thread.join(timeout=5)
+        twin.close()
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])["deploy"]
+    assert summary["bundle"] == str(state_bundle) and summary["checkpoint"] == "step_000000300"
+    assert summary["steps"] == 15 and summary["policy_errors"] == 0 and summary["control"] == "ee_delta"
+    assert summary["commands"] > 50 and summary.get("stale_observations", 0) == 0
+    assert twin.accepted["commands"] > 50 and sum(twin.rejected.values()) == 0
+    both = run_module("robotrl.hardware.deploy", f"policy={state_bundle}", f"run={state_bundle}", check=False)
+    assert both.returncode == 1 and "one of them: got both" in both.stderr
