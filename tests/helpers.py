@@ -55,11 +55,13 @@ def run_module(
 def _run_main(module: str, args: tuple[str, ...]) -> subprocess.CompletedProcess:
     """`module.main()` with `args` as its command line, its output captured. What a program sets for its whole
     process is put back afterwards: the logging handlers Hydra adds (a run's log file among them), the working
-    directory, torch's thread count (`threads=`)."""
+    directory, torch's thread count (`threads=`), the SIGINT and SIGTERM handlers (deploy, the actor, the learner
+    and the twin stop on them: left in place, Ctrl-C would no longer stop pytest)."""
     import torch
 
     main = importlib.import_module(module).main
     threads = torch.get_num_threads()
+    stop_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()
     handlers, level, argv, cwd = list(root.handlers), root.level, sys.argv, os.getcwd()
@@ -76,6 +78,8 @@ def _run_main(module: str, args: tuple[str, ...]) -> subprocess.CompletedProcess
         sys.argv = argv
         os.chdir(cwd)
         torch.set_num_threads(threads)
+        for sig, handler in stop_handlers.items():
+            signal.signal(sig, handler)
         for handler in root.handlers:
             if handler not in handlers:
                 handler.close()
