@@ -250,3 +250,59 @@ def test_robotrl_deploy_runs_a_bundle_on_the_twin_and_refuses_a_tampered_one(sta
     assert twin.accepted["commands"] > 50 and sum(twin.rejected.values()) == 0
     both = run_module("robotrl.hardware.deploy", f"policy={state_bundle}", f"run={state_bundle}", check=False)
     assert both.returncode == 1 and "one of them: got both" in both.stderr
+
+
+@pytest.mark.parametrize("variant", ["sac_gsde_state", "sac_pixels"])
+def test_other_sac_policies_export_as_torch_acts(variant):
+    """SAC's gSDE actor (its mode without the noise's variance) and SAC from pixels (its shared image encoder),
+    untrained: the graph against the agent's own deterministic act, batch sizes 1 and 7."""
+    import onnxruntime
+
+    from robotrl.agents.config import EncoderConfig
+    from robotrl.agents.sac import SAC, SACConfig
+    from robotrl.core.spec import TensorSpec
+
+    torch.manual_seed(0)
+    if variant == "sac_gsde_state":
+        spec = {"arm_qpos": TensorSpec((7,)), "target": TensorSpec((3,))}
+        cfg = SACConfig(exploration="gsde", actor_hidden=[32, 32], critic_hidden=[32], obs_norm=True)
+    else:
+        spec = {"pixels_front": TensorSpec((9, 32, 32), torch.uint8), "arm_qpos": TensorSpec((7,))}
+        cfg = SACConfig(actor_hidden=[32], critic_hidden=[32], encoder=EncoderConfig(conv_layers=2, conv_stride=2))
+    agent = SAC(cfg, spec, 4).eval()
+    if cfg.obs_norm:
+        agent.encoder.observe({k: torch.randn(64, *s.shape) * 3 + 1 for k, s in spec.items()})
+    keys = sorted(spec)
+    low, high = (-1.0, -2.0, 0.0, -1.0), (1.0, 2.0, 0.5, 1.0)
+    policy = policy_export.DeterministicPolicy(agent, keys, low, high).eval()
+
+    def draw(batch):
+        return {
+            k: torch.randint(0, 256, (batch, *s.shape), dtype=torch.uint8)
+            if s.dtype == torch.uint8
+            else torch.randn(batch, *s.shape) * 3
+            for k, s in spec.items()
+        }
+
+    graph = policy_export._onnx_bytes(policy, tuple(draw(2)[k] for k in keys))
+    session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    for batch in (1, 7, 64):
+        obs = draw(batch)
+        eager = agent.act(obs, deterministic=True).numpy()
+        eager = np.array(low) + (eager + 1) / 2 * (np.array(high) - np.array(low))
+        ort = session.run(None, {k: v.numpy() for k, v in obs.items()})[0]
+        assert ort.shape == (batch, 4) and np.abs(ort - eager).max() <= TOL
+
+
+def test_the_bundle_loader_imports_no_training_code():
+    """A robot PC loads a bundle with robotrl's core: no agent, runtime, task or simulator module is imported."""
+    import subprocess
+
+    code = (
+        "import sys, robotrl.core.policy_bundle; "
+        "bad = [m for m in sys.modules if m.split('.')[:2] in (['robotrl', 'agents'], ['robotrl', 'runtime'], "
+        "['robotrl', 'tasks'], ['robotrl', 'nn']) or m in ('mujoco', 'onnxruntime', 'onnx', 'onnxscript')]; "
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
