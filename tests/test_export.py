@@ -145,6 +145,16 @@ def test_an_agent_that_cannot_be_exported_is_named(runs, tmp_path, monkeypatch):
     assert not (tmp_path / "bundle").exists()
 
 
+def test_a_run_from_before_deploy_specs_gets_one_derived_into_the_bundle_only(runs, tmp_path):
+    old = tmp_path / "old_run"
+    shutil.copytree(runs["state"], old, ignore=shutil.ignore_patterns("bundles", "replay*"))
+    (old / "deploy_spec.json").unlink()
+    out, _ = policy_export.export_bundle(old, tmp_path / "bundle")
+    assert (out / "deploy_spec.json").read_bytes() == (runs["state"] / "deploy_spec.json").read_bytes()
+    assert not (old / "deploy_spec.json").exists()  # the run is left as it was
+    load_bundle(out)
+
+
 @pytest.fixture(scope="module")
 def state_bundle(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp("bundles") / "state"

@@ -44,6 +44,7 @@ from robotrl.core.policy_bundle import (
 )
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from robotrl.runtime.run_config import load_run_config, run_config_file
+from robotrl.tasks import deploy_spec_for
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,23 @@ def _checkpoint_path(run_dir: Path, checkpoint: str | None) -> Path:
     return path
 
 
-def load_exportable(run: str | Path, checkpoint: str | None = None) -> tuple[nn.Module, DeploySpec, Path, str]:
-    """(agent in evaluation mode on the CPU, deploy spec, checkpoint path, agent name) of run directory `run`.
-    ExportError or FileNotFoundError naming what is wrong: not a run, an agent that cannot be exported, no
-    deploy spec, no such checkpoint."""
+def run_deploy_spec(run_dir: Path, train_cfg: Any) -> tuple[DeploySpec, bytes]:
+    """The run's deploy spec and the bytes the bundle carries: its deploy_spec.json as written; for a run made
+    before runs carried one, derived from its config.yaml (`robotrl.tasks.deploy_spec_for`) and carried in the
+    bundle only, the run left as it is. ValueError naming the task for one no robot runs (`gym`)."""
+    path = spec_path(run_dir)
+    if path.is_file():
+        return read_deploy_spec(path), path.read_bytes()
+    spec = deploy_spec_for(train_cfg.task, train_cfg.agent.frame_stack)
+    spec.validate()
+    log.info("%s: the run has no deploy spec (made before runs carried one); derived it from config.yaml", path)
+    return spec, (json.dumps(spec.to_json(), indent=2) + "\n").encode("utf-8")
+
+
+def load_exportable(run: str | Path, checkpoint: str | None = None) -> tuple[nn.Module, DeploySpec, bytes, Path, str]:
+    """(agent in evaluation mode on the CPU, deploy spec, its bytes, checkpoint path, agent name) of run
+    directory `run`. ExportError, ValueError or FileNotFoundError naming what is wrong: not a run, an agent that
+    cannot be exported, a task no robot runs, no such checkpoint."""
     run_dir = Path(run)
     run_config_file(run_dir)  # FileNotFoundError naming run= where it is no run directory
     train_cfg = load_run_config(run_dir)
@@ -123,17 +137,12 @@ def load_exportable(run: str | Path, checkpoint: str | None = None) -> tuple[nn.
         raise ExportError(
             f"run={str(run)!r} trains agent {name!r}; robotrl-export exports {', '.join(EXPORTABLE_AGENTS)}"
         )
-    if not spec_path(run_dir).is_file():
-        raise ExportError(
-            f"run={str(run)!r} has no {SPEC_FILE} (task {train_cfg.task.name!r}: only the built-in arm tasks have "
-            "one, and runs made before deploy specs lack it; `robotrl-deploy run=...` derives it for those)"
-        )
-    spec = read_deploy_spec(spec_path(run_dir))
+    spec, spec_bytes = run_deploy_spec(run_dir, train_cfg)
     ckpt = _checkpoint_path(run_dir, checkpoint)
     agent = make_agent(train_cfg.agent, spec.obs_spec(), spec.action_dim, torch.device("cpu"))
     load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
     agent.eval()
-    return agent, spec, ckpt, name
+    return agent, spec, spec_bytes, ckpt, name
 
 
 def _onnx_bytes(policy: DeterministicPolicy, example: tuple[torch.Tensor, ...]) -> bytes:
@@ -195,7 +204,7 @@ def export_bundle(
         _check_out(Path(out))
         if not Path(out).parent.is_dir():
             raise ExportError(f"out={str(out)!r}: its parent directory {Path(out).parent} does not exist")
-    agent, spec, ckpt, name = load_exportable(run, checkpoint)
+    agent, spec, spec_bytes, ckpt, name = load_exportable(run, checkpoint)
     out_dir = Path(out) if out is not None else default_out(run, ckpt.name, fmt)
     _check_out(out_dir, "out" if out is not None else "the default out")
     keys = sorted(spec.observations)
@@ -203,7 +212,6 @@ def export_bundle(
     generator = torch.Generator().manual_seed(0)
     example = draw_observations(spec, 2, generator)
     graph = _onnx_bytes(policy, tuple(example[key] for key in keys))
-    spec_bytes = spec_path(Path(run)).read_bytes()
     manifest = BundleManifest(
         format=fmt,
         agent=name,
