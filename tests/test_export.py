@@ -316,3 +316,34 @@ def test_the_bundle_loader_imports_no_training_code():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_graph_carries_the_deploy_spec_and_a_graph_whose_spec_differs_is_refused(state_bundle, tmp_path):
+    import hashlib
+
+    import onnx
+
+    from robotrl.core.policy_bundle import SPEC_METADATA, VERSION_METADATA
+
+    model = onnx.load(state_bundle / "policy.onnx")
+    props = {p.key: p.value for p in model.metadata_props}
+    assert props[SPEC_METADATA] == (state_bundle / "deploy_spec.json").read_text() and props[VERSION_METADATA] == "1"
+    copy = tmp_path / "other_spec"
+    shutil.copytree(state_bundle, copy)
+    for prop in model.metadata_props:
+        if prop.key == SPEC_METADATA:
+            prop.value = prop.value.replace('"episode_steps"', '"episode_steps" ', 1)
+    graph = model.SerializeToString()
+    (copy / "policy.onnx").write_bytes(graph)
+    manifest = json.loads((copy / MANIFEST_FILE).read_text())
+    manifest["sha256"]["policy.onnx"] = hashlib.sha256(graph).hexdigest()  # a consistent forgery of the hash
+    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"the deploy spec inside the graph is not deploy_spec\.json's"):
+        load_bundle(copy)
+
+
+def test_exporting_without_the_export_extra_names_it(runs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    with pytest.raises(policy_export.ExportError, match=r"needs onnxscript: pip install 'robotrl\[export\]'"):
+        policy_export.export_bundle(runs["state"], tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()

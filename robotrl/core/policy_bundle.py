@@ -8,10 +8,14 @@ robotrl-export (robotrl/export.py, the graph built by robotrl/runtime/policy_exp
     bundle.json        the manifest: format version, sha256 of the two files above, the source run and checkpoint,
                        each input's name, shape and dtype, the output and its bounds, the export's own parity check
 
+The graph also carries the deploy spec and the format version in its own metadata (`SPEC_METADATA`,
+`VERSION_METADATA`), so a policy.onnx copied alone still says what it expects.
+
 `load_bundle` reads it back and refuses, naming the file and the entry, a manifest that is not whole and valid, a
 bundle from a newer robotrl, a file whose sha256 is not the manifest's, a deploy spec whose observations or action
-do not match the inputs and output, and a graph whose inputs differ from the manifest's, all before a session is
-made: what runs is exactly the bytes that were hashed. onnxruntime (extra `export`) is imported only then.
+do not match the inputs and output, and a graph whose inputs or embedded deploy spec differ from the manifest's
+and deploy_spec.json, before the bundle can act: what runs is exactly the bytes that were hashed. onnxruntime
+(extra `export`) is imported only then.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ FORMATS = {"onnx": ONNX_FILE}  # format -> the graph's file
 DTYPES = ("float32", "uint8")
 BATCH = "batch"  # the name of every input's and the output's dynamic first dimension
 INSTALL_HINT = "pip install 'robotrl[export]'"
+# the graph's own metadata (ONNX metadata_props): the deploy spec's JSON, as deploy_spec.json holds it, and the
+# bundle format version, so a policy.onnx copied alone still says what it expects
+SPEC_METADATA = "robotrl.deploy_spec"
+VERSION_METADATA = "robotrl.bundle_format_version"
 
 
 class BundleError(ValueError):
@@ -241,6 +249,7 @@ def load_bundle(path: str | Path, threads: int = 1) -> PolicyBundle:
     check_against_spec(manifest, spec)
     session = _onnx_session(graph, threads)
     _check_session(bundle, manifest, session)
+    _check_metadata(bundle, manifest, session, spec_bytes)
     return PolicyBundle(bundle, manifest, spec, session)
 
 
@@ -276,6 +285,16 @@ def _check_session(bundle: Path, manifest: BundleManifest, session: Any) -> None
     outputs = [node.name for node in session.get_outputs()]
     if outputs != [manifest.output]:
         raise BundleError(f"{where}: its outputs {outputs} are not the manifest's [{manifest.output!r}]")
+
+
+def _check_metadata(bundle: Path, manifest: BundleManifest, session: Any, spec_bytes: bytes) -> None:
+    """BundleError where the deploy spec inside the graph is not deploy_spec.json."""
+    where = bundle / FORMATS[manifest.format]
+    embedded = session.get_modelmeta().custom_metadata_map.get(SPEC_METADATA)
+    if embedded is None:
+        raise BundleError(f"{where}: holds no deploy spec ({SPEC_METADATA}); export it again with robotrl-export")
+    if embedded.encode("utf-8") != spec_bytes:
+        raise BundleError(f"{where}: the deploy spec inside the graph is not {SPEC_FILE}'s")
 
 
 # -- manifest parsing helpers -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import io
 import json
 import logging
@@ -35,9 +36,15 @@ from robotrl.core.checksum import sha256_of_bytes
 from robotrl.core.deploy_spec import DeploySpec, read_deploy_spec, spec_path
 from robotrl.core.durable import fsync_dir, write_atomic
 from robotrl.core.policy_bundle import (
+    FORMAT_VERSION as BUNDLE_FORMAT_VERSION,
+)
+from robotrl.core.policy_bundle import (
     FORMATS,
+    INSTALL_HINT,
     MANIFEST_FILE,
     SPEC_FILE,
+    SPEC_METADATA,
+    VERSION_METADATA,
     BundleInput,
     BundleManifest,
     load_bundle,
@@ -169,6 +176,25 @@ def _onnx_bytes(policy: DeterministicPolicy, example: tuple[torch.Tensor, ...]) 
         return path.read_bytes()
 
 
+def _with_metadata(graph: bytes, metadata: dict[str, str]) -> bytes:
+    """`graph` with `metadata` in its model's metadata_props (what onnxruntime reports as custom metadata)."""
+    import onnx  # the export extra, present wherever torch's exporter ran
+
+    model = onnx.load_from_string(graph)
+    for key, value in metadata.items():
+        model.metadata_props.add(key=key, value=value)
+    return model.SerializeToString()
+
+
+def require_exporter() -> None:
+    """ExportError naming the extra where torch's ONNX exporter or onnxruntime is missing."""
+    for module in ("onnx", "onnxscript", "onnxruntime"):
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ExportError(f"robotrl-export needs {module}: {INSTALL_HINT} ({error})") from None
+
+
 def default_out(run: str | Path, checkpoint: str, fmt: str) -> Path:
     return Path(run) / "bundles" / f"{checkpoint}_{fmt}"
 
@@ -200,6 +226,7 @@ def export_bundle(
     Returns (the bundle's path, its manifest's JSON)."""
     if fmt not in FORMATS:
         raise ExportError(f"format={fmt!r}: robotrl-export writes {', '.join(FORMATS)}")
+    require_exporter()
     if out is not None:
         _check_out(Path(out))
         if not Path(out).parent.is_dir():
@@ -211,7 +238,11 @@ def export_bundle(
     policy = DeterministicPolicy(agent, keys, spec.action_low, spec.action_high).eval()
     generator = torch.Generator().manual_seed(0)
     example = draw_observations(spec, 2, generator)
-    graph = _onnx_bytes(policy, tuple(example[key] for key in keys))
+    # the deploy spec travels inside the graph too: a policy.onnx copied alone still says what it expects
+    graph = _with_metadata(
+        _onnx_bytes(policy, tuple(example[key] for key in keys)),
+        {SPEC_METADATA: spec_bytes.decode("utf-8"), VERSION_METADATA: str(BUNDLE_FORMAT_VERSION)},
+    )
     manifest = BundleManifest(
         format=fmt,
         agent=name,
