@@ -41,11 +41,12 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def _check_run_before_hydra(argv: list[str]) -> None:
     """Hydra's output directory is the run itself: a `run=` that is not a run directory fails here first, or
-    Hydra would create the mistyped path."""
-    for arg in argv[1:]:
-        key, _, value = arg.partition("=")
-        if key.lstrip("+") == "run":
-            run_config_file(value)
+    Hydra would create the mistyped path; without one (Hydra's own options aside) Hydra would fail resolving it."""
+    runs = [arg.partition("=")[2] for arg in argv[1:] if arg.partition("=")[0].lstrip("+") == "run"]
+    if not runs and not any(arg.startswith("-") for arg in argv[1:]):  # --help, --cfg job, ... need none
+        raise ValueError("give the run directory whose policy to export: run=<run dir>")
+    for run in runs:
+        run_config_file(run)
 
 
 def main() -> None:

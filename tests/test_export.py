@@ -121,6 +121,8 @@ def _listing(path):
 def test_bad_input_is_refused_before_anything_is_written(runs, tmp_path):
     run = runs["state"]
     before = _listing(run)
+    bad = run_module("robotrl.export", check=False)
+    assert bad.returncode == 1 and "run=<run dir>" in bad.stderr
     missing = tmp_path / "no_such_run"
     bad = run_module("robotrl.export", f"run={missing}", check=False)
     assert bad.returncode == 1 and "no_such_run" in bad.stderr and not missing.exists()
