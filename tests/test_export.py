@@ -349,3 +349,16 @@ def test_exporting_without_the_export_extra_names_it(runs, tmp_path, monkeypatch
     with pytest.raises(policy_export.ExportError, match=r"needs onnxscript: pip install 'robotrl\[export\]'"):
         policy_export.export_bundle(runs["state"], tmp_path / "bundle")
     assert not (tmp_path / "bundle").exists()
+
+
+def test_an_export_whose_graph_disagrees_with_torch_leaves_nothing(runs, monkeypatch):
+    run = runs["state"]
+    before = _listing(run)
+    monkeypatch.setattr(policy_export, "PARITY_TOL", -1.0)  # any difference, even 0, is too large
+    with pytest.raises(policy_export.ExportError, match=r"differ from torch's by .*: not written"):
+        policy_export.export_bundle(run)  # the default out, <run>/bundles/<checkpoint>_onnx
+    assert _listing(run) == before
+
+
+def test_a_bundle_is_readable_by_whoever_deploys_it(state_bundle):
+    assert state_bundle.stat().st_mode & 0o777 == 0o755

@@ -259,6 +259,7 @@ def export_bundle(
         parity={},
         opset=OPSET,
     )
+    made_parent = not out_dir.parent.exists()  # the default out's bundles/: removed again if the export fails
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -274,10 +275,14 @@ def export_bundle(
             )
         manifest = dataclasses.replace(manifest, parity={"max_abs_action_diff": diff, "samples": PARITY_SAMPLES})
         _write_manifest(tmp, manifest)
+        os.chmod(tmp, 0o755)  # mkdtemp's 0o700 would keep the bundle from whoever deploys it
         os.rename(tmp, out_dir)
         fsync_dir(out_dir.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made_parent:
+            with contextlib.suppress(OSError):
+                out_dir.parent.rmdir()
         raise
     log.info("exported %s (%s, checkpoint %s) to %s", run, name, ckpt.name, out_dir)
     return out_dir, manifest.to_json()
