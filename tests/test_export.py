@@ -55,14 +55,25 @@ DRQ_RUN = [
 ]
 
 
+class TrainedRuns:
+    """The tiny runs, each trained on first use: a worker that runs only the state tests (the DDS one runs
+    apart from the others) trains no pixel policy."""
+
+    ARGS = {"state": SAC_RUN, "pixels": DRQ_RUN}
+
+    def __init__(self, root):
+        self.root, self.made = root, {}
+
+    def __getitem__(self, kind: str):
+        if kind not in self.made:
+            run_module("robotrl.train", *self.ARGS[kind], f"hydra.run.dir={self.root / kind}")
+            self.made[kind] = self.root / kind
+        return self.made[kind]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("export_runs")
-    made = {}
-    for name, args in (("state", SAC_RUN), ("pixels", DRQ_RUN)):
-        run_module("robotrl.train", *args, f"hydra.run.dir={root / name}")
-        made[name] = root / name
-    return made
+    return TrainedRuns(tmp_path_factory.mktemp("export_runs"))
 
 
 def recorded_observations(run_dir, steps: int, num_envs: int = 8):
