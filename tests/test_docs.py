@@ -293,6 +293,7 @@ PROGRAMS = {
         "deploy",
         _strict(_schema("robotrl.hardware.deploy", "DeployConfig")),
     ),
+    "robotrl-export": ("robotrl.export", "export", _strict(_schema("robotrl.config", "ExportConfig"))),
 }
 
 
