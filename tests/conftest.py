@@ -11,12 +11,22 @@ os.environ["OMP_NUM_THREADS"] = "1"
 import pytest
 import torch
 
+from robotrl.runtime.allocator import restore_default_allocator
+
 torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _default_allocator():
+    """A training run in the test's process switches glibc's malloc to keep freed memory (runtime/allocator.py),
+    which suits one training per process; each test starts from glibc's defaults instead."""
+    yield
+    restore_default_allocator()
 
 
 def pytest_collection_modifyitems(config, items):
