@@ -494,7 +494,10 @@ def _env() -> dict[str, str]:
     # headless rendering as conftest.py sets it: robotrl-train's own default comes after tasks/memory.py has
     # imported mujoco, and without it the main job's evaluation video is skipped on a machine without a display
     env = dict(os.environ, MUJOCO_GL="egl", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
-    env.pop("MAKEFLAGS", None)
+    # what the make running the tests hands down: `make test ARGS=...` exports ARGS, and `make -n train` would
+    # read pytest's options from it as the main job's overrides
+    for name in ("MAKEFLAGS", "MAKEOVERRIDES", "MFLAGS", "MAKELEVEL", "ARGS"):
+        env.pop(name, None)
     return env
 
 
