@@ -471,7 +471,10 @@ def _check_policy_before_hydra(argv: list[str]) -> None:
             given[key.lstrip("+")] = value
     if len(given) > 1:
         raise ValueError(f"{NO_POLICY}: got both")
-    if not given and not any(arg.startswith("-") for arg in argv[1:]):  # --help, --cfg job, ... need neither
+    # --help, --cfg job, ... need neither; with hydra.run.dir given nothing is created under a run or bundle, and
+    # the config's own check names what is missing after the schema has refused any mistyped key
+    explicit_output = any(arg.startswith("hydra.run.dir=") for arg in argv[1:])
+    if not given and not explicit_output and not any(arg.startswith("-") for arg in argv[1:]):
         raise ValueError(NO_POLICY)
     if "run" in given:
         run_config_file(given["run"])
