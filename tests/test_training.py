@@ -223,7 +223,9 @@ def test_sac_learns_pendulum(tmp_path):
 
 
 def test_default_job_runs_panda_reach(tmp_path):
-    """The README's main job (defaults: SAC on panda_reach), shortened: every artifact appears."""
+    """The README's main job (defaults: SAC on panda_reach), shortened: every artifact appears. Its learning claim
+    (100% success by about 8k env steps) is bench/main_job.py's: its 7,000 updates of 256-unit networks took about
+    200 s of a 2-core machine's suite (2026-11-28), a long learning run that belongs in bench/."""
     run_module(
         "robotrl.train",
         "total_steps=300",
@@ -237,24 +239,6 @@ def test_default_job_runs_panda_reach(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["env_steps"] == 300 and "eval/success" in summary
     assert (tmp_path / "videos" / "eval_step_000000300.mp4").stat().st_size > 1000
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_sac_learns_panda_reach(tmp_path):
-    """The default job's claim, shortened: >= 90% success on panda_reach well inside 20k env steps."""
-    cfg = to_train_config(
-        _compose(
-            "total_steps=8000",  # 1.0 from 7k to 10k in 20 episodes (01cde5b, 2026-11-27)
-            "eval_interval=100000",
-            "eval_episodes=20",
-            "checkpoint_interval=100000",
-            "progress=false",
-            "video=false",
-        )
-    )
-    summary = train(cfg, Path(tmp_path))
-    assert summary["eval/success"] >= 0.9, summary
 
 
 def test_top_level_backend_sets_the_tasks_backend_and_wins_over_task_backend():
