@@ -29,6 +29,10 @@ def _default_allocator():
     restore_default_allocator()
 
 
+# tryfirst: xdist turns an xdist_group marker into the test's scheduling scope in its own hook of this name, so
+# the markers must be on the items before that runs; added after it, they group nothing (a Genesis scene was
+# compiled cold in both workers, 210 s each, 2026-11-28)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Schedule for `make test`'s parallel workers (pytest-xdist, --dist loadgroup):
     - tests on DDS (marked `dds`) share one worker: a DDS domain is machine-wide, not per process, so two workers
