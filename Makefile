@@ -16,11 +16,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 train: $(VENV)/.installed
 	$(BIN)/robotrl-train $(ARGS)
 
-## Lint, then the test suite: one worker per core (at most TEST_WORKERS; tests/conftest.py schedules them),
-## then the tests on DDS alone. pytest exits 5 where ARGS select no test of a phase.
+## Lint, then the test suite: one worker per core (at most TEST_WORKERS), each taking whole test files in the
+## order tests/conftest.py gives, then the tests on DDS alone. pytest exits 5 where ARGS select no test of a phase.
 TEST_WORKERS ?= 4
 test: $(VENV)/.installed lint
-	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadgroup -m "not dds" $(ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not dds" $(ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m pytest -q -m dds $(ARGS) || [ $$? -eq 5 ]
 
 # import-linter finds a package's modules under its directory on disk, and robotrl.tasks, .hardware and

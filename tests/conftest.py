@@ -29,49 +29,28 @@ def _default_allocator():
     restore_default_allocator()
 
 
-# tryfirst: xdist turns an xdist_group marker into the test's scheduling scope in its own hook of this name, so
-# the markers must be on the items before that runs; added after it, they group nothing (a Genesis scene was
-# compiled cold in both workers, 210 s each, 2026-11-28)
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Schedule for `make test`'s parallel workers (pytest-xdist, --dist loadgroup):
-    - tests on DDS (marked `dds`) share one worker: a DDS domain is machine-wide, not per process, so two workers
-      on one domain id hear each other's e-stop and joint states. `make test` runs them apart, after the rest:
-      beside a busy second worker a twin's latched e-stop went unheard within the robot env's 5 s connect
-      timeout in 3 of 5 runs (test_robot_env, 2026-11-28), never when they ran alone;
-    - the tests of a module that shares a module-scoped fixture (a Genesis scene compiled once, a learner
-      served once, a wheel built once) run in one worker, so that fixture is built once;
-    - the longest group starts first, then the slow learning runs, so that no worker picks up a minutes-long unit
-      when the others are nearly done (longest first keeps the workers' finishing times close)."""
-    for item in items:
-        if item.get_closest_marker("dds"):
-            item.add_marker(pytest.mark.xdist_group("dds"))
-        elif _uses_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    """Order for `make test`'s parallel workers. They take whole test files (pytest-xdist `--dist loadfile`), so
+    that a module-scoped fixture (a Genesis scene compiled once, a learner served once, a wheel built once) is
+    built in one process; xdist's `loadgroup` split even explicitly marked groups over two workers (xdist 3.8.0:
+    two tests marked xdist_group("g") ran on gw0 and gw1; the Genesis module compiled its first scene cold in
+    both, 210 s each, 2026-11-28). Files are handed out in the order of their first test here
+    (`--no-loadscope-reorder`): the longest file first, then those with slow learning runs, so that no worker
+    picks up a minutes-long file when the others are nearly done. Tests on DDS (marked `dds`) run in a phase of
+    their own after these (Makefile): beside a busy second worker a twin's latched e-stop went unheard within the
+    robot env's 5 s connect timeout in 3 of 5 runs (test_robot_env, 2026-11-28), never when they ran alone."""
     items.sort(key=_start_order)  # stable: the rest keep their order
 
 
-# The modules whose one group takes longest: test_genesis_backend took 573 s of one worker on a fresh 2-core
-# machine, about 400 s of it compiling Genesis's kernels (2026-11-28); started late it would be the suite's tail.
-LONGEST_GROUPS = ("test_genesis_backend",)
+# The file that takes longest: test_genesis_backend took 573 s of one worker on a fresh 2-core machine, about
+# 400 s of it compiling Genesis's kernels (2026-11-28); started late it would be the suite's tail.
+LONGEST_FILES = ("test_genesis_backend",)
 
 
 def _start_order(item) -> int:
-    if item.module.__name__ in LONGEST_GROUPS:
+    if item.module.__name__ in LONGEST_FILES:
         return 0
     return 1 if item.get_closest_marker("slow") else 2
-
-
-def _uses_module_fixture(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(
-        definition.scope in ("module", "package", "session")
-        for definitions in info.name2fixturedefs.values()
-        for definition in definitions
-        if definition.baseid  # fixtures of pytest itself and of plugins (tmp_path_factory, ...) have no baseid
-    )
 
 
 @pytest.fixture(autouse=True)
