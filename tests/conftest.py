@@ -7,11 +7,11 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 # cores; OpenMP's spinning threads then slowed a training test from ~200 to 4-6 env steps/s (2026-11-28, two
 # busy processes on 2 cores). The networks in tests are small enough that one thread loses nothing.
 os.environ["OMP_NUM_THREADS"] = "1"
+# A worker trains many times in its process: glibc's defaults, not a training process's (runtime/allocator.py)
+os.environ["ROBOTRL_RETAIN_FREED_MEMORY"] = "0"
 
 import pytest
 import torch
-
-from robotrl.runtime.allocator import restore_default_allocator
 
 torch.set_num_threads(1)
 
@@ -19,14 +19,6 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-@pytest.fixture(autouse=True)
-def _default_allocator():
-    """A training run in the test's process switches glibc's malloc to keep freed memory (runtime/allocator.py),
-    which suits one training per process; each test starts from glibc's defaults instead."""
-    yield
-    restore_default_allocator()
 
 
 def pytest_collection_modifyitems(config, items):

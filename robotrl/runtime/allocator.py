@@ -4,7 +4,10 @@ glibc serves large allocations (a batch of conv activations is tens of MB) with 
 unmaps them on free, so every update page-faults its whole working set in again: for DrQ-v2 at 84x84
 that is about half of a CPU update's time. With mmap off for malloc and no heap trimming, the freed blocks
 are reused. The cost is that the process's memory never shrinks below its peak, which is what a training
-process does anyway.
+process does anyway. A process that trains many times (the test suite's workers) sets ROBOTRL_RETAIN_FREED_MEMORY=0:
+with the setting on, every later reservation grows the one heap mapping (a second 12 GB pixel replay made it
+24.6 GB, more than RAM), and the kernel then refuses to fork the process (ENOMEM when the evaluation video starts
+ffmpeg, 2026-11-28).
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 import sys
 
 log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
 _M_MMAP_MAX = -4
-_DEFAULT_TRIM_THRESHOLD = 128 * 1024  # glibc's defaults (mallopt(3))
-_DEFAULT_MMAP_MAX = 65536
 _applied = False
+OPT_OUT = "ROBOTRL_RETAIN_FREED_MEMORY"  # "0": keep glibc's defaults
 
 
 def retain_freed_memory() -> bool:
@@ -28,37 +31,16 @@ def retain_freed_memory() -> bool:
     global _applied
     if _applied:
         return True
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or os.environ.get(OPT_OUT) == "0":
         return False
     try:
-        mallopt = _mallopt()
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
     except (OSError, AttributeError):  # musl and other C libraries have no mallopt
         return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
     if not ok:
         log.warning("mallopt refused; freed memory will be returned to the OS after every update")
     _applied = ok
     return ok
-
-
-def restore_default_allocator() -> bool:
-    """Undo `retain_freed_memory` for a process that goes on after training (the test suite runs many trainings
-    in one worker). Kept on, every later allocation grows the one heap mapping: a second pixel replay reserved
-    past the first's freed block (untouched pages, 12 GB at the default capacity) made it larger than RAM, and
-    the kernel then refused to fork the process to start ffmpeg (ENOMEM, 2026-11-28). False where nothing was
-    changed."""
-    global _applied
-    if not _applied:
-        return False
-    mallopt = _mallopt()
-    _applied = not (
-        mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD) == 1
-    )
-    return not _applied
-
-
-def _mallopt():
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    mallopt = libc.mallopt
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
