@@ -39,7 +39,8 @@ def run_module(
     """`python -m module args...`: its exit code, stdout and stderr. By default the program's `main()` runs in
     this process, as the console script would run it (sys.argv, Hydra, the one-line error and its exit code),
     which spares each run 4-8 s of imports (2026-11-28, 2-core EPYC); `process=True` starts a real process, for a
-    test about the process itself (a kill, a lock held by another process, what it imports)."""
+    test about the process itself (a kill, a lock held by another process, what it imports). `timeout` bounds
+    a real process only; in process the test's own pytest timeout does."""
     if process:
         env = dict(os.environ, MUJOCO_GL="egl", HYDRA_FULL_ERROR="0")
         proc = subprocess.run(
