@@ -16,6 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from robotrl.agents import AGENT_CONFIGS
 from robotrl.core.policy_bundle import FORMATS as BUNDLE_FORMATS
 from robotrl.hil.config import HILConfig
+from robotrl.sim2real.randomization import RandomizationConfig
 from robotrl.tasks import TASK_CONFIGS
 from robotrl.tasks.configs import BACKENDS
 
@@ -77,6 +78,9 @@ class TrainConfig:
     progress: bool = True
     resume: str | None = None  # a run directory to continue
     hil: HILConfig = field(default_factory=HILConfig)  # demonstrations, takeover corrections, learned reward
+    # Physics randomization of the training envs (randomization=none|default|wide|hand, configs/randomization/);
+    # evaluation runs the nominal model. Built-in simulated tasks only.
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     # An experiment tracker beside metrics.csv and TensorBoard, which every run writes: wandb (Weights & Biases,
     # the tracking extra, set under `wandb.*`) or null. A plain key rather than a config group, so that
     # `logger=wandb` also applies as an override on resume.
@@ -113,6 +117,13 @@ class TrainConfig:
         if _has_backend(self.task):
             _check_backend("task.backend", self.task.backend, self.task)
         self.hil.validate()
+        self.randomization.validate()
+        if getattr(self.task, "name", None) == "gym":
+            if self.randomization.terms:
+                raise ValueError(
+                    f"randomization={self.randomization.name} changes a built-in task's simulated physics; task=gym "
+                    "runs a gymnasium env whose model robotrl does not own: set randomization=none"
+                )
         check_logger(self.logger)
         self.wandb.validate()
         if hasattr(self.agent, "validate"):

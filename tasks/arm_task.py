@@ -11,7 +11,7 @@ import dataclasses
 import math
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -270,6 +270,19 @@ class ArmTask(ABC):
         raise NotImplementedError(f"{type(self).__name__}'s reward needs more than its observation holds")
 
 
+class TaskEvents(Protocol):
+    """Something that acts on a task's simulation at episode starts and control steps (physics randomization:
+    robotrl/sim2real/randomization.py), added with TaskVecEnv.add_events."""
+
+    def on_reset(self, env_ids: torch.Tensor) -> None:
+        """Before the task places the scene of `env_ids` (a reset's draws hold for the whole episode)."""
+
+    def on_step(self) -> None:
+        """After every control step's physics, before the resets of the envs whose episodes it ended."""
+
+    def close(self) -> None: ...
+
+
 class TaskVecEnv:
     """VecEnv over an ArmTask: validated actions, control-rate stepping, time limits, auto-reset. Its tensors are
     on the CPU whatever the simulator's device: the task's own math runs beside the simulator's state (on a GPU,
@@ -277,12 +290,22 @@ class TaskVecEnv:
 
     def __init__(self, task: ArmTask):
         self.task = task
+        self.events: list[TaskEvents] = []
         self.name = task.cfg.name
         self.num_envs = task.num_envs
         self.action_dim, self.control = task.action_dim, task.controller.kind
         self.obs_spec = self._obs_spec()
         self.has_success = True
         self._t = torch.zeros(self.num_envs, dtype=torch.long, device=task.device)
+
+    def add_events(self, events: TaskEvents) -> None:
+        self.events.append(events)
+
+    def _reset_envs(self, ids: torch.Tensor) -> None:
+        for events in self.events:
+            events.on_reset(ids)
+        self.task.reset(ids)
+        self._t[ids] = 0
 
     def _obs_spec(self) -> dict[str, TensorSpec]:
         cfg = self.task.cfg
@@ -310,9 +333,7 @@ class TaskVecEnv:
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
             self.task.generator.manual_seed(seed)
-        ids = torch.arange(self.num_envs, device=self.task.device)
-        self.task.reset(ids)
-        self._t.zero_()
+        self._reset_envs(torch.arange(self.num_envs, device=self.task.device))
         return _on_cpu(self._observe())
 
     def step(self, action: torch.Tensor) -> StepResult:
@@ -326,10 +347,10 @@ class TaskVecEnv:
         truncated = (self._t >= self.task.episode_steps) & ~terminated
         done = terminated | truncated
         obs = next_obs
+        for events in self.events:
+            events.on_step()
         if done.any():
-            ids = done.nonzero().flatten()
-            self.task.reset(ids)
-            self._t[ids] = 0
+            self._reset_envs(done.nonzero().flatten())
             obs = _on_cpu(self._observe())
         return StepResult(
             obs=obs,
@@ -345,6 +366,8 @@ class TaskVecEnv:
         return self.task.backend.render(cfg.camera, cfg.render_width, cfg.render_height)[0].numpy()
 
     def close(self) -> None:
+        for events in self.events:
+            events.close()
         self.task.backend.close()
 
 

@@ -4,6 +4,8 @@ A task never touches a simulator's own API. Every query and command carries a le
 dimension; `env_ids` selects a subset for resets. MuJoCo implements this now (mujoco_backend.py); a
 second simulator must implement the same methods and no task may need to change for it.
 Quaternions are (w, x, y, z).
+Physical parameters (masses, frictions, joint and actuator properties, gravity) are read and written per env
+through `physics` and `set_physics` (PHYSICS_PARAMS), which domain randomization and system identification use.
 State comes back on the backend's `device` (the CPU for MuJoCo, the simulator's device for Genesis), so a
 task's per-step math runs where the state lives; setters take tensors on any device.
 """
@@ -14,6 +16,51 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import torch
+
+# The physical parameters a backend reads and writes per env: name -> (what its names address, one item's shape).
+PHYSICS_PARAMS: dict[str, tuple[str, tuple[int, ...]]] = {
+    # kg; the body's inertia scales with it (the same shape, denser), as a real part of other material does
+    "body_mass": ("body", ()),
+    "body_com": ("body", (3,)),  # m: the centre of mass in the body's frame
+    # sliding friction of a body's colliding geoms as one value, the largest (MuJoCo's contacts take the larger of
+    # two geoms'); a write scales each of them by the same factor, keeping a fingertip pad's friction above its link's
+    "friction": ("body", ()),
+    "joint_damping": ("joint", ()),  # N m s / rad (N s / m for a slide joint)
+    "joint_armature": ("joint", ()),  # kg m^2: rotor inertia reflected through the gearbox
+    "joint_frictionloss": ("joint", ()),  # N m: dry friction
+    "actuator_gain": ("actuator", ()),  # a position actuator's stiffness kp (its damping kv stays)
+    "gravity": ("world", (3,)),  # m/s^2; its one name is "world"
+}
+
+
+def check_physics_param(param: str, names: Sequence[str]) -> tuple[str, tuple[int, ...]]:
+    """(what the names address, item shape) of `param`, or ValueError naming it."""
+    if param not in PHYSICS_PARAMS:
+        raise ValueError(f"unknown physics parameter {param!r}; known: {', '.join(PHYSICS_PARAMS)}")
+    kind, shape = PHYSICS_PARAMS[param]
+    if kind == "world" and tuple(names) != ("world",):
+        raise ValueError(f"{param} has one value per env, named 'world'; got names {list(names)}")
+    return kind, shape
+
+
+_POSITIVE = frozenset({"body_mass", "friction", "actuator_gain"})  # joint_* are >= 0; body_com and gravity any
+
+
+def check_physics_values(param: str, names: Sequence[str], values: torch.Tensor, count: int) -> torch.Tensor:
+    """`values` for `count` envs as float64 on the CPU, or ValueError naming the parameter and the bad value: a
+    wrong shape, a non-finite value, a mass, friction or gain <= 0, a joint damping, armature or friction < 0."""
+    _, shape = check_physics_param(param, names)
+    expected = (count, len(names), *shape)
+    values = values.detach().to("cpu", torch.float64)
+    if tuple(values.shape) != expected:
+        raise ValueError(f"{param}: values must have shape {list(expected)}, got {list(values.shape)}")
+    if not torch.isfinite(values).all():
+        raise ValueError(f"{param} of {list(names)} must be finite, got {values.tolist()}")
+    if param in _POSITIVE and (values <= 0).any():
+        raise ValueError(f"{param} of {list(names)} must be > 0, got {values.tolist()}")
+    if param.startswith("joint_") and (values < 0).any():
+        raise ValueError(f"{param} of {list(names)} must be >= 0, got {values.tolist()}")
+    return values
 
 
 class SimBackend(ABC):
@@ -76,6 +123,24 @@ class SimBackend(ABC):
     @abstractmethod
     def render(self, camera: str, width: int, height: int) -> torch.Tensor:
         """[E, H, W, 3] uint8 images from a named camera."""
+
+    @abstractmethod
+    def physics(self, param: str, names: Sequence[str]) -> torch.Tensor:
+        """[E, len(names), *shape] per-env values of a physical parameter (PHYSICS_PARAMS) as the simulator now uses
+        them."""
+
+    @abstractmethod
+    def set_physics(self, param: str, env_ids: torch.Tensor, names: Sequence[str], values: torch.Tensor) -> None:
+        """Write [K, len(names), *shape] values of `param` in the envs `env_ids`; whatever the simulator derives from
+        them (a MuJoCo model's constants at qpos0) is recomputed, and the envs' states are left as they were."""
+
+    @abstractmethod
+    def joint_bodies(self, joints: Sequence[str]) -> tuple[str, ...]:
+        """The body each joint moves."""
+
+    @abstractmethod
+    def free_bodies(self) -> tuple[str, ...]:
+        """The bodies with a free joint: the scene's loose objects."""
 
     def close(self) -> None:  # noqa: B027  (optional hook)
         pass

@@ -25,7 +25,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import torch
-from robotrl.tasks.backend import SimBackend
+from robotrl.tasks.backend import SimBackend, check_physics_param, check_physics_values
 from robotrl.tasks.rotations import quat_multiply, quat_to_matrix
 
 INSTALL_HINT = 'the genesis extra: pip install -e ".[genesis]"'
@@ -131,6 +131,10 @@ class GenesisBackend(SimBackend):
                 # Genesis drops self-collision pairs that overlap at qpos0 (the Panda's link5 and hand); tasks reset
                 # away from qpos0 and MuJoCo keeps those pairs.
                 enable_neutral_collision=True,
+                # per-env masses, centres of mass and joint properties (set_physics); always on, so the scenes of
+                # randomized and nominal runs share one set of compiled kernels
+                batch_links_info=True,
+                batch_dofs_info=True,
             ),
             show_viewer=False,
         )
@@ -139,11 +143,18 @@ class GenesisBackend(SimBackend):
             material = gs.materials.Rigid(gravity_compensation=gravcomp)
             # a mocap body is placed per env; with collision geometry (a fixture) its vertices must be per env too
             placed = {} if pose is None else {"pos": pose[0], "quat": pose[1], "batch_fixed_verts": True}
+            if kind == "free":
+                # Genesis moves a loose object's frame onto its centre of mass unless told not to, and then refuses
+                # to write the centre of mass; MuJoCo's body frame is the authored one
+                placed["align"] = False
             entity = self.scene.add_entity(gs.morphs.MJCF(file=text, **placed), material=material)
             self.entities[name] = entity
             if kind == "mocap":
                 self._mocap[name] = entity
         self.scene.build(n_envs=num_envs)
+        self._gravity = torch.tensor(self.model.opt.gravity, dtype=torch.float32, device=self.device).repeat(
+            num_envs, 1
+        )
         self._mj_geom = self._match_collision_geoms()
         self._drop_pairs_mujoco_never_collides()
         # MuJoCo starts every actuator at ctrl = 0 (a position actuator holds its joint at 0: the gripper closed);
@@ -331,6 +342,100 @@ class GenesisBackend(SimBackend):
 
     def forward(self, env_ids=None) -> None:
         pass  # Genesis updates poses when a state is set
+
+    # -- physical parameters -----------------------------------------------------------------------
+    @cache  # noqa: B019
+    def _param_ids(self, param: str, names: tuple[str, ...]):
+        """Genesis's indices for `param` of `names`: link, dof or (friction) geom indices with each geom's body
+        column and its nominal friction."""
+        kind, _ = check_physics_param(param, names)
+        if kind == "body":
+            links = [self._link(name)[1].idx for name in names]
+            if param != "friction":
+                return torch.tensor(links, device=self.gs.device)
+            model = self.model
+            geoms, columns = [], []
+            for k, name in enumerate(names):
+                body = self._named(mujoco.mjtObj.mjOBJ_BODY, name, "body")
+                own = [i for i, g in enumerate(self._mj_geom) if model.geom_bodyid[g] == body]
+                if not own:
+                    raise ValueError(f"friction: body {name!r} has no colliding geom")
+                geoms += own
+                columns += [k] * len(own)
+            solver = self.scene.sim.rigid_solver
+            nominal = self._out(solver.get_geoms_friction(geoms)).to(self.device)
+            columns = torch.tensor(columns, device=self.device)
+            # each body's largest nominal friction, per geom: a write scales all of a body's geoms alike
+            body_max = torch.zeros(len(names), device=self.device).scatter_reduce(0, columns, nominal, "amax")
+            return geoms, columns, nominal, body_max[columns]
+        if kind == "joint":
+            dofs = []
+            for entity, local, _ in self._joints(names):
+                dofs += [entity.dof_start + d for d in local]
+            order = [k for _, _, cols in self._joints(names) for k in cols]
+            by_name = [dofs[order.index(k)] for k in range(len(names))]
+            return torch.tensor(by_name, device=self.gs.device)
+        if kind == "actuator":
+            return self._param_ids("joint_damping", self._actuated(names))
+        return None  # gravity
+
+    def physics(self, param, names):
+        ids = self._param_ids(param, tuple(names))
+        solver = self.scene.sim.rigid_solver
+        if param == "body_mass":
+            return self._out(solver.get_links_mass(ids)).to(self.device)
+        if param == "body_com":
+            return self._out(solver.get_links_COM(ids)).to(self.device)
+        if param == "friction":
+            geoms, columns, nominal, _ = ids
+            friction = nominal * self._out(solver.get_geoms_friction_ratio(geoms)).to(self.device)
+            out = torch.zeros(self.num_envs, len(names), device=self.device)
+            return out.scatter_reduce(1, columns.expand_as(friction), friction, "amax")
+        if param == "gravity":
+            return self._gravity.clone().unsqueeze(1)
+        getter = {
+            "joint_damping": solver.get_dofs_damping,
+            "joint_armature": solver.get_dofs_armature,
+            "joint_frictionloss": solver.get_dofs_frictionloss,
+            "actuator_gain": solver.get_dofs_kp,
+        }[param]
+        return self._out(getter(ids)).to(self.device)
+
+    def set_physics(self, param, env_ids, names, values):
+        ids = self._param_ids(param, tuple(names))
+        values = self._in(check_physics_values(param, names, values, len(env_ids)))
+        envs = self._ids(env_ids)
+        solver = self.scene.sim.rigid_solver
+        if param == "body_mass":
+            solver.set_links_mass(values, ids, envs, scale_inertia=True)
+        elif param == "body_com":
+            solver.set_links_COM(values, ids, envs)
+        elif param == "friction":
+            geoms, columns, _, body_max = ids
+            solver.set_geoms_friction_ratio(values[:, columns.to(values.device)] / self._in(body_max), geoms, envs)
+        elif param == "gravity":
+            self.scene.sim.set_gravity(values[:, 0], envs)
+            self._gravity[env_ids.to(self.device)] = values[:, 0].to(self.device, torch.float32)
+        else:
+            setter = {
+                "joint_damping": solver.set_dofs_damping,
+                "joint_armature": solver.set_dofs_armature,
+                "joint_frictionloss": solver.set_dofs_frictionloss,
+                "actuator_gain": solver.set_dofs_kp,
+            }[param]
+            setter(values, ids, envs)
+
+    def joint_bodies(self, joints):
+        ids = [self._named(mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in joints]
+        return tuple(self.model.body(int(self.model.jnt_bodyid[j])).name for j in ids)
+
+    def free_bodies(self):
+        free = int(mujoco.mjtJoint.mjJNT_FREE)
+        return tuple(
+            self.model.body(int(self.model.jnt_bodyid[j])).name
+            for j in range(self.model.njnt)
+            if int(self.model.jnt_type[j]) == free
+        )
 
     # -- kinematics ------------------------------------------------------------------------------
     def body_pose(self, body):

@@ -7,6 +7,7 @@ every further scene in the same one), so the scenes here are module-scoped and b
 """
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from robotrl.tasks.arm_task import TaskVecEnv
 # every arm joint within 1.0e-3 rad of the MuJoCo backend's trajectory (Genesis 1.4.5 CPU, float32, against
 # MuJoCo 3.11.0, float64). The tolerance leaves 5x that for other seeds and platforms.
 PARITY_TOLERANCE_RAD = 5e-3
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 # The first Genesis scene build on a fresh machine compiles its kernels cold: 290 s in this module's first test
@@ -347,3 +349,43 @@ def test_chunk_critic_trains_on_batched_genesis_envs(genesis, tmp_path):
     summary = _tiny_run(tmp_path / "run", "agent=chunk", "agent.execution=ensemble", "backend=genesis", "num_envs=4")
     assert summary["env_steps"] == 200 and summary["updates"] == 100
     assert summary["eval/length"] > 0 and 0.0 <= summary["eval/success"] <= 1.0
+
+
+def test_randomized_physics_is_per_env_and_draws_as_on_mujoco(genesis):
+    """The same seed draws the same per-env values on both simulators, Genesis runs with what was drawn (read back
+    from its solver), and a joint property written per env acts per env: one env's stiffer joint moves further."""
+    from omegaconf import OmegaConf
+    from robotrl.sim2real.randomization import RandomizationConfig
+
+    from robotrl.runtime.assembly import add_randomization
+
+    preset = OmegaConf.load(CONFIGS / "randomization" / "default.yaml")
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RandomizationConfig), preset))
+    envs = {backend: _env(backend, "panda_pick_cube", num_envs=2) for backend in ("mujoco", "genesis")}
+    drawn = {}
+    for backend, env in envs.items():
+        randomizer = add_randomization(env, cfg, seed=5)
+        env.reset(seed=0)
+        drawn[backend] = randomizer
+    mujoco_values, genesis_values = drawn["mujoco"].values(), drawn["genesis"].values()
+    assert set(mujoco_values) == set(cfg.terms)
+    for key, values in mujoco_values.items():
+        assert not torch.equal(values[0], values[1]), key
+        torch.testing.assert_close(genesis_values[key], values, rtol=1e-5, atol=1e-6, msg=key)
+    backend = envs["genesis"].task.backend
+    for term in drawn["genesis"].terms:
+        simulated = backend.physics(term.term.param, term.names).cpu().double()
+        torch.testing.assert_close(simulated, term.values, rtol=1e-4, atol=1e-5, msg=term.key)
+
+    # joint1's stiffness 2000 in env 0 and 20 in env 1, the same target 0.2 rad away: after 20 ms env 0's joint has
+    # gone far further
+    everyone = torch.arange(2)
+    backend.set_physics("actuator_gain", everyone, ["act1"], torch.tensor([[2000.0], [20.0]]))
+    joints = envs["genesis"].task.robot.joints
+    start = backend.joint_pos(joints).cpu()
+    backend.set_actuators(envs["genesis"].task.arm_actuators, start + torch.tensor([0.2] + [0.0] * 6))
+    backend.step(10)
+    moved = (backend.joint_pos(joints).cpu() - start)[:, 0]
+    assert moved[0] > 0.01 and moved[1] < 0.1 * moved[0], moved.tolist()  # measured: 0.020 and 0.0003 rad
+    for env in envs.values():
+        env.close()

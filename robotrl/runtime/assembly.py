@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,7 +21,9 @@ from robotrl.data.replay import ReplayBuffer
 from robotrl.hil.scripted_operator import find_task
 from robotrl.hil.setup import ends_at_success
 from robotrl.runtime.frame_stack import FrameStack
+from robotrl.sim2real.randomization import PhysicsRandomizer, RandomizationConfig, RandomizationTargets
 from robotrl.tasks import make_env
+from robotrl.tasks.arm_task import TaskVecEnv
 
 
 def resolve_device(name: str) -> torch.device:
@@ -84,6 +87,31 @@ def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False, tas
     env = make_env(task if task is not None else cfg.task, num_envs=num_envs, render=render)
     frame_stack = cfg.agent.frame_stack
     return FrameStack(env, frame_stack) if frame_stack > 1 and pixel_keys(env.obs_spec) else env
+
+
+def _task_vec_env(env, what: str) -> TaskVecEnv:
+    """The built-in simulated task's env under any wrappers (each keeps the env it wraps in `.env`)."""
+    sim = env
+    while sim is not None and not isinstance(sim, TaskVecEnv):
+        sim = sim.__dict__.get("env")
+    if sim is None:
+        raise ValueError(
+            f"{what}: {env.name!r} is not a built-in simulated task, whose physics robotrl owns; a gymnasium env or "
+            "a robot has its own"
+        )
+    return sim
+
+
+def add_randomization(env, cfg: RandomizationConfig, seed: int, log: Path | None = None) -> PhysicsRandomizer | None:
+    """Randomize the physics of `env`'s simulated task (under any wrappers) as `cfg` says, drawing from `seed`,
+    each draw written to `log`; None where `cfg` has no terms. Refused for an env without a built-in task."""
+    cfg.validate()
+    if not cfg.terms:
+        return None
+    sim = _task_vec_env(env, f"randomization={cfg.name}")
+    randomizer = PhysicsRandomizer(cfg, sim.task.backend, RandomizationTargets.of_task(sim.task), seed, log)
+    sim.add_events(randomizer)
+    return randomizer
 
 
 def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> ReplayBuffer | MixedReplay:

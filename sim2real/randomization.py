@@ -1,0 +1,256 @@
+"""Domain randomization of a simulated task's physics: per-env values drawn at start-up, at each reset or every k
+control steps, written through the backend's `set_physics` (so on MuJoCo and Genesis alike), every draw logged.
+
+A term names a physical parameter (tasks/backend.py:PHYSICS_PARAMS), a target (the robot's links, joints and
+actuators, the scene's loose objects, or the world), how a draw changes the nominal value (scale, add, set) and
+the distribution it comes from. Draws come from one CPU generator in a fixed order, so a seed gives the same per-env
+values on either simulator. Configured as `randomization=none|default|wide` (configs/randomization/), each key
+overridable (`randomization.terms.object_mass.high=1.5`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import torch
+from robotrl.tasks.arm_task import ArmTask
+from robotrl.tasks.backend import PHYSICS_PARAMS, SimBackend
+
+DISTRIBUTIONS = ("uniform", "log_uniform", "gaussian")
+OPERATIONS = ("scale", "add", "set")
+WHEN = ("startup", "reset", "interval")
+TARGETS = {"body": ("robot", "object"), "joint": ("robot",), "actuator": ("robot",), "world": ("world",)}
+# quantities that cannot be zero or negative, and those that cannot be negative (the backend refuses them too, but
+# a range is checked at start-up, before a draw far into a run hits the edge)
+POSITIVE = frozenset({"body_mass", "friction", "actuator_gain"})
+NON_NEGATIVE = frozenset({"joint_damping", "joint_armature", "joint_frictionloss"})
+
+
+@dataclass
+class RandomizationTerm:
+    param: str = "body_mass"  # a physics parameter: body_mass, body_com, friction, joint_*, actuator_gain, gravity
+    target: str = "robot"  # robot (its links, joints, actuators) | object (the scene's loose bodies) | world
+    operation: str = "scale"  # scale: nominal x draw | add: nominal + draw | set: the draw itself
+    distribution: str = "uniform"  # uniform | log_uniform (both within [low, high]) | gaussian (truncated to them)
+    low: float = 1.0
+    high: float = 1.0
+    mean: float | None = None  # gaussian: its centre; None: the middle of [low, high]
+    std: float = 0.0  # gaussian: its spread before truncation
+    when: str = "reset"  # startup: once per env | reset: at every episode start | interval: every `every` steps
+    every: int = 0  # interval: control steps between draws, per env
+    shared: bool = False  # one draw for all of the target's items in an env (a whole-arm gain error), not one each
+
+    def validate(self, key: str) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"{key}.{name} {why}, got {getattr(self, name)!r}")
+
+        if self.param not in PHYSICS_PARAMS:
+            raise bad("param", f"must be one of {', '.join(PHYSICS_PARAMS)}")
+        kind = PHYSICS_PARAMS[self.param][0]
+        if self.target not in TARGETS[kind]:
+            raise bad("target", f"of {self.param} must be one of {', '.join(TARGETS[kind])}")
+        if self.operation not in OPERATIONS:
+            raise bad("operation", f"must be one of {', '.join(OPERATIONS)}")
+        if self.param == "body_com" and self.operation == "scale":
+            raise bad("operation", "of body_com must be add or set (a centre of mass at the origin does not scale)")
+        if self.distribution not in DISTRIBUTIONS:
+            raise bad("distribution", f"must be one of {', '.join(DISTRIBUTIONS)}")
+        for name in ("low", "high"):
+            if not math.isfinite(getattr(self, name)):
+                raise bad(name, "must be finite")
+        if self.low > self.high:
+            raise ValueError(f"{key}: the range [low, high] = [{self.low}, {self.high}] is empty")
+        if self.distribution == "log_uniform" and self.low <= 0:
+            raise bad("low", "of a log_uniform range must be > 0")
+        if self.distribution == "gaussian":
+            if not (math.isfinite(self.std) and self.std > 0):
+                raise bad("std", "of a gaussian must be a finite number > 0")
+            if self.mean is not None and not (math.isfinite(self.mean) and self.low <= self.mean <= self.high):
+                raise bad("mean", f"must lie within [low, high] = [{self.low}, {self.high}]")
+        if self.operation in ("scale", "set"):
+            if self.param in POSITIVE and self.low <= 0:
+                raise bad("low", f"would make {self.param} <= 0 ({self.operation}); it must be > 0")
+            if self.param in NON_NEGATIVE and self.low < 0:
+                raise bad("low", f"would make {self.param} negative ({self.operation}); it must be >= 0")
+        if self.when not in WHEN:
+            raise bad("when", f"must be one of {', '.join(WHEN)}")
+        if (self.when == "interval") != (self.every >= 1):
+            raise bad("every", "must be >= 1 with when=interval and 0 otherwise")
+
+
+@dataclass
+class RandomizationConfig:
+    name: str = "none"  # the preset this came from (configs/randomization/<name>.yaml), for the run's records
+    terms: dict[str, RandomizationTerm] = field(default_factory=dict)  # none: the nominal model, unchanged
+
+    def validate(self) -> None:
+        for key, term in self.terms.items():
+            term.validate(f"randomization.terms.{key}")
+
+
+@dataclass(frozen=True)
+class RandomizationTargets:
+    """The names each target addresses in one task's scene."""
+
+    robot_bodies: tuple[str, ...]
+    robot_joints: tuple[str, ...]
+    robot_actuators: tuple[str, ...]
+    objects: tuple[str, ...]
+
+    @classmethod
+    def of_task(cls, task: ArmTask) -> RandomizationTargets:
+        """The robot's joints (gripper included), the bodies they move, its actuators, and the scene's loose
+        objects (bodies with a free joint)."""
+        joints = task.robot.joints + (task.robot.gripper.joints if task.robot.gripper is not None else ())
+        actuators = task.arm_actuators + (("gripper",) if task.robot.gripper is not None else ())
+        bodies = tuple(dict.fromkeys(task.backend.joint_bodies(joints)))
+        return cls(bodies, joints, actuators, task.backend.free_bodies())
+
+    def names(self, term: RandomizationTerm) -> tuple[str, ...]:
+        kind = PHYSICS_PARAMS[term.param][0]
+        if kind == "world":
+            return ("world",)
+        if kind == "joint":
+            return self.robot_joints
+        if kind == "actuator":
+            return self.robot_actuators
+        return self.robot_bodies if term.target == "robot" else self.objects
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """A seed for one of a run's random streams, drawn from the run's `seed`: the task's generator, seeded with the
+    run's seed itself, draws the episodes' layouts, and a second generator seeded alike would repeat its draws."""
+    return int(np.random.SeedSequence([seed, *stream.encode()]).generate_state(1)[0])
+
+
+def sample(term: RandomizationTerm, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float64 draws of `term`'s distribution."""
+    u = torch.rand(shape, generator=generator, dtype=torch.float64)
+    if term.distribution == "uniform":
+        return term.low + (term.high - term.low) * u
+    if term.distribution == "log_uniform":
+        return torch.exp(math.log(term.low) + (math.log(term.high) - math.log(term.low)) * u)
+    # truncated normal by inverse transform: exact, one draw each, no rejection loop
+    mean = (term.low + term.high) / 2 if term.mean is None else term.mean
+    cdf = torch.special.ndtr(torch.tensor([(term.low - mean) / term.std, (term.high - mean) / term.std]))
+    inside = cdf[0] + (cdf[1] - cdf[0]) * u
+    return (mean + term.std * torch.special.ndtri(inside)).clamp(term.low, term.high)
+
+
+class _Term:
+    """One configured term bound to a scene: its names, nominal values and the values in force per env."""
+
+    def __init__(self, key: str, term: RandomizationTerm, names: tuple[str, ...], nominal: torch.Tensor, envs: int):
+        self.key, self.term, self.names = key, term, names
+        self.nominal = nominal  # [n, *shape] float64
+        self.values = nominal.expand(envs, *nominal.shape).clone()
+        self.since = torch.zeros(envs, dtype=torch.long)  # interval terms: control steps since each env's last draw
+        if term.operation == "add":
+            lowest = (nominal + term.low).min().item()
+            if (term.param in POSITIVE and lowest <= 0) or (term.param in NON_NEGATIVE and lowest < 0):
+                raise ValueError(
+                    f"randomization.terms.{key}.low={term.low} would make {term.param} of {list(names)} "
+                    f"{'<= 0' if term.param in POSITIVE else 'negative'} (nominal {nominal.tolist()})"
+                )
+
+    def draw(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        shape = (count, 1 if self.term.shared else len(self.names), *self.nominal.shape[1:])
+        drawn = sample(self.term, shape, generator).expand(count, *self.nominal.shape)
+        if self.term.operation == "scale":
+            return self.nominal * drawn
+        if self.term.operation == "add":
+            return self.nominal + drawn
+        return drawn.clone()
+
+
+class PhysicsRandomizer:
+    """Draws its terms per env and writes them through `backend`, from its own generator seeded with `seed`; a
+    TaskVecEnv calls `on_reset` and `on_step` (tasks/arm_task.py:TaskEvents). `values()` holds what each env runs
+    with now; `log` (a path) gets one JSON line per env and draw: the control step, the env, when, and every drawn
+    value by term and name."""
+
+    def __init__(
+        self,
+        cfg: RandomizationConfig,
+        backend: SimBackend,
+        targets: RandomizationTargets,
+        seed: int,
+        log: Path | None = None,
+    ):
+        cfg.validate()
+        self.backend = backend
+        self.num_envs = backend.num_envs
+        self.generator = torch.Generator().manual_seed(stream_seed(seed, "randomization"))
+        self.terms: list[_Term] = []
+        for key, term in cfg.terms.items():
+            names = targets.names(term)
+            if not names:
+                continue  # a task without loose objects has nothing for an object term to change
+            nominal = backend.physics(term.param, names)[0].to("cpu", torch.float64)
+            self.terms.append(_Term(key, term, names, nominal, self.num_envs))
+        self._step = 0
+        self._started = False
+        self._log: IO[str] | None = None
+        if log is not None and self.terms:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(log, "a", buffering=1)
+
+    def values(self) -> dict[str, torch.Tensor]:
+        """Each term's values in force, [E, n, *shape] float64, by term key."""
+        return {term.key: term.values.clone() for term in self.terms}
+
+    def on_reset(self, env_ids: torch.Tensor) -> None:
+        """Before the task places the scene of `env_ids`: the start-up draws once (all envs), then the reset draws."""
+        if not self._started:
+            self._started = True
+            everyone = torch.arange(self.num_envs)
+            self._draw(("startup", "interval"), everyone)
+        self._draw(("reset",), env_ids.cpu())
+
+    def on_step(self) -> None:
+        self._step += 1
+        due: dict[str, torch.Tensor] = {}
+        for term in self.terms:
+            if term.term.when == "interval":
+                term.since += 1
+                ids = (term.since >= term.term.every).nonzero().flatten()
+                if len(ids):
+                    due[term.key] = ids
+        if due:
+            self._draw(("interval",), due)
+
+    def _draw(self, when: tuple[str, ...], env_ids: torch.Tensor | dict[str, torch.Tensor]) -> None:
+        """Draw the terms of kinds `when` for `env_ids` (or, per term key, the envs due)."""
+        drawn: dict[str, torch.Tensor] = {}
+        for term in self.terms:
+            ids = env_ids.get(term.key) if isinstance(env_ids, dict) else env_ids
+            if term.term.when not in when or ids is None:
+                continue
+            values = term.draw(len(ids), self.generator)
+            self.backend.set_physics(term.term.param, ids, term.names, values)
+            term.values[ids] = values
+            term.since[ids] = 0
+            drawn[term.key] = ids
+        if drawn and self._log is not None:
+            self._write(when[0], drawn)
+
+    def _write(self, when: str, drawn: dict[str, torch.Tensor]) -> None:
+        by_env: dict[int, dict] = {}
+        for term in self.terms:
+            ids = drawn.get(term.key)
+            if ids is None:
+                continue
+            for env in ids.tolist():
+                by_env.setdefault(env, {})[term.key] = dict(zip(term.names, term.values[env].tolist(), strict=True))
+        for env, values in sorted(by_env.items()):
+            self._log.write(json.dumps({"step": self._step, "env": env, "when": when, "values": values}) + "\n")
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,246 @@
+"""Physics randomization on the MuJoCo backend: per-env draws that repeat with the seed, their distributions, a
+changed model equal to a freshly compiled one, interval draws, the draw log, the presets and bad ranges. The same
+per-env draws on Genesis are checked in test_genesis_backend.py (its scenes share one process's compiled kernels)."""
+
+import itertools
+import json
+import math
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+from helpers import run_module
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from robotrl.sim2real.randomization import (
+    RandomizationConfig,
+    RandomizationTargets,
+    RandomizationTerm,
+    sample,
+)
+from robotrl.tasks import TASK_CONFIGS, make_task
+from robotrl.tasks.arm_task import ASSETS, TaskVecEnv
+from robotrl.tasks.mujoco_backend import MujocoBackend, scene_spec
+from scipy import stats
+
+from robotrl.config import register_configs
+from robotrl.runtime.assembly import add_randomization
+
+
+def _preset(name: str) -> RandomizationConfig:
+    """A preset as robotrl-train composes it (configs/randomization/<name>.yaml)."""
+    register_configs()
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"randomization={name}"])
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RandomizationConfig), cfg.randomization))
+
+
+def _env(name="panda_pick_cube", num_envs=4, backend="mujoco"):
+    return TaskVecEnv(make_task(TASK_CONFIGS[name](name=name, backend=backend), num_envs))
+
+
+def _randomized(preset="default", seed=3, num_envs=4, name="panda_pick_cube", log=None):
+    env = _env(name, num_envs)
+    randomizer = add_randomization(env, _preset(preset), seed, log)
+    env.reset(seed=0)
+    return env, randomizer
+
+
+def test_per_env_values_differ_and_repeat_with_the_seed():
+    env, first = _randomized(seed=3)
+    again_env, again = _randomized(seed=3)
+    other_env, other = _randomized(seed=4)
+    for key, values in first.values().items():
+        assert not torch.equal(values[0], values[1]), key  # per env
+        assert torch.equal(values, again.values()[key]), key
+        assert not torch.equal(values, other.values()[key]), key
+    # and the simulator runs with them: env 1's cube weighs what was drawn for env 1
+    cube = env.task.backend.model.body("cube").id
+    drawn = first.values()["object_mass"][:, 0]
+    assert [env.task.backend.models[i].body_mass[cube] for i in range(4)] == pytest.approx(drawn.tolist())
+    for e in (env, again_env, other_env):
+        e.close()
+
+
+def test_reset_draws_change_only_the_reset_envs_and_leave_states_alone():
+    env, randomizer = _randomized()
+    before = randomizer.values()
+    qpos = env.task.backend.joint_pos(env.task.robot.joints)
+    randomizer.on_reset(torch.tensor([2]))
+    after = randomizer.values()
+    assert torch.equal(env.task.backend.joint_pos(env.task.robot.joints), qpos)
+    for key in before:
+        assert torch.equal(after[key][[0, 1, 3]], before[key][[0, 1, 3]]), key
+        assert not torch.equal(after[key][2], before[key][2]), key
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("distribution", "cdf"),
+    [
+        ("uniform", lambda x: stats.uniform(0.5, 1.5).cdf(x)),
+        ("log_uniform", lambda x: stats.loguniform(0.5, 2.0).cdf(x)),
+        ("gaussian", lambda x: stats.truncnorm(-1.5, 1.5, loc=1.25, scale=0.5).cdf(x)),
+    ],
+)
+def test_draws_follow_their_distribution(distribution, cdf):
+    term = RandomizationTerm(distribution=distribution, low=0.5, high=2.0, std=0.5)
+    term.validate("t")
+    draws = sample(term, (20_000,), torch.Generator().manual_seed(0)).numpy()
+    assert draws.min() >= 0.5 and draws.max() <= 2.0
+    assert stats.kstest(draws, cdf).pvalue > 0.01
+
+
+def _fresh_compile(xml, changed: mujoco.MjModel, bodies, joints, actuators) -> mujoco.MjModel:
+    """The scene compiled from its MJCF with `changed`'s values written into the spec."""
+    spec = scene_spec(xml)
+    for name in bodies:
+        body, i = spec.body(name), changed.body(name).id
+        body.explicitinertial = True
+        body.mass = float(changed.body_mass[i])
+        body.ipos, body.iquat, body.inertia = changed.body_ipos[i], changed.body_iquat[i], changed.body_inertia[i]
+        body.fullinertia = [math.nan, 0, 0, 0, 0, 0]
+        first = changed.body(name).geomadr[0]
+        for k, geom in enumerate(body.geoms):
+            geom.friction[0] = changed.geom_friction[first + k, 0]
+    for name in joints:
+        joint, dof = spec.joint(name), changed.joint(name).dofadr[0]
+        joint.armature, joint.frictionloss = float(changed.dof_armature[dof]), float(changed.dof_frictionloss[dof])
+        joint.damping = [float(changed.dof_damping[dof]), 0.0, 0.0]
+    for name in actuators:
+        actuator, i = spec.actuator(name), changed.actuator(name).id
+        actuator.gainprm[0], actuator.biasprm[1] = changed.actuator_gainprm[i, 0], changed.actuator_biasprm[i, 1]
+    spec.option.gravity = changed.opt.gravity
+    return spec.compile()
+
+
+@pytest.mark.parametrize("name", ["panda_pick_cube", "hand_reorient"])
+def test_a_randomized_model_equals_a_fresh_compile_with_its_values(name):
+    """MuJoCo derives constants from masses, centres of mass and armatures (mj_setConst); the backend recomputes
+    them, and moves each body's bounding volumes with its centre of mass, so nothing stale is left."""
+    env, _ = _randomized(name=name, num_envs=2, preset="wide")
+    backend = env.task.backend
+    # a centre-of-mass shift on every robot body too (the presets move only the objects')
+    targets = RandomizationTargets.of_task(env.task)
+    bodies = targets.robot_bodies
+    backend.set_physics("body_com", torch.tensor([1]), bodies, backend.physics("body_com", bodies)[1:] + 0.01)
+    changed = backend.models[1]
+    fresh = _fresh_compile(
+        ASSETS / env.task.scene,
+        changed,
+        targets.robot_bodies + targets.objects,
+        targets.robot_joints,
+        targets.robot_actuators,
+    )
+    differ = [
+        field
+        for field in dir(fresh)
+        if not field.startswith("_")
+        and isinstance(getattr(fresh, field), np.ndarray)
+        and not np.allclose(getattr(fresh, field), getattr(changed, field), rtol=1e-9, atol=1e-12, equal_nan=True)
+    ]
+    assert differ == []
+    assert not np.allclose(changed.body_mass, backend.model.body_mass)  # something was changed
+    env.close()
+
+
+def test_interval_draws_come_every_k_steps_per_env():
+    cfg = RandomizationConfig(
+        terms={"gain": RandomizationTerm(param="actuator_gain", low=0.8, high=1.2, when="interval", every=3)}
+    )
+    env = _env("panda_reach", 2)
+    randomizer = add_randomization(env, cfg, seed=0)
+    env.reset(seed=0)
+    history = [randomizer.values()["gain"]]
+    zero = torch.zeros(2, env.action_dim)
+    for _ in range(7):
+        env.step(zero)
+        history.append(randomizer.values()["gain"])
+    changed = [not torch.equal(a, b) for a, b in itertools.pairwise(history)]
+    assert changed == [False, False, True, False, False, True, False]
+    env.close()
+
+
+def test_every_draw_is_logged_per_env_and_episode(tmp_path):
+    log = tmp_path / "randomization.jsonl"
+    env, randomizer = _randomized(num_envs=2, log=log)
+    zero = torch.zeros(2, env.action_dim)
+    for _ in range(env.task.episode_steps):  # every env's episode ends once
+        env.step(zero)
+    randomizer.close()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    resets = [line for line in lines if line["when"] == "reset"]
+    assert [(line["step"], line["env"]) for line in resets] == [(0, 0), (0, 1), (100, 0), (100, 1)]
+    startup = [line for line in lines if line["when"] == "startup"]
+    assert startup == []  # the default preset draws at reset only
+    values = randomizer.values()
+    assert resets[-1]["values"]["object_mass"]["cube"] == pytest.approx(values["object_mass"][1, 0].item())
+    env.close()
+
+
+def test_the_presets_compose_and_none_changes_nothing():
+    assert _preset("none").terms == {}
+    for name in ("default", "wide"):
+        cfg = _preset(name)
+        cfg.validate()
+        assert {"object_mass", "object_friction", "actuator_gain", "joint_frictionloss"} <= set(cfg.terms)
+    wide, default = _preset("wide"), _preset("default")
+    assert wide.terms["object_mass"].high > default.terms["object_mass"].high
+    env = _env("panda_reach", 2)
+    assert add_randomization(env, _preset("none"), seed=0) is None
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"low": 1.3, "high": 0.7}, r"randomization.terms.bad: the range \[low, high\] = \[1.3, 0.7\] is empty"),
+        ({"low": -0.5}, r"randomization.terms.bad.low would make body_mass <= 0"),
+        ({"high": math.inf}, r"randomization.terms.bad.high must be finite"),
+        ({"low": math.nan}, r"randomization.terms.bad.low must be finite"),
+        ({"distribution": "log_uniform", "low": 0.0}, r"randomization.terms.bad.low of a log_uniform range"),
+        ({"distribution": "gaussian"}, r"randomization.terms.bad.std of a gaussian"),
+        ({"when": "interval"}, r"randomization.terms.bad.every must be >= 1 with when=interval"),
+        ({"target": "world"}, r"randomization.terms.bad.target of body_mass must be one of robot, object"),
+        ({"param": "inertia"}, r"randomization.terms.bad.param must be one of"),
+        ({"param": "body_com"}, r"randomization.terms.bad.operation of body_com must be add or set"),
+    ],
+)
+def test_bad_ranges_are_refused_naming_the_key(change, message):
+    cfg = RandomizationConfig(terms={"bad": RandomizationTerm(**{"low": 0.7, "high": 1.3, **change})})
+    with pytest.raises(ValueError, match=message):
+        cfg.validate()
+
+
+def test_an_add_range_that_would_cross_zero_is_refused_at_start_up():
+    env = _env("panda_reach", 1)
+    term = RandomizationTerm(param="joint_damping", operation="add", low=-5.0, high=0.0)
+    with pytest.raises(ValueError, match=r"randomization.terms.damp.low=-5.0 would make joint_damping .* negative"):
+        add_randomization(env, RandomizationConfig(terms={"damp": term}), seed=0)
+    env.close()
+
+
+def test_the_backend_refuses_values_a_simulator_cannot_hold():
+    backend = MujocoBackend(ASSETS / "panda_pick_cube.xml", 1)
+    with pytest.raises(ValueError, match=r"body_mass of \['cube'\] must be > 0"):
+        backend.set_physics("body_mass", torch.tensor([0]), ["cube"], torch.tensor([[0.0]]))
+    with pytest.raises(ValueError, match=r"friction of \['cube'\] must be finite"):
+        backend.set_physics("friction", torch.tensor([0]), ["cube"], torch.tensor([[math.nan]]))
+    with pytest.raises(ValueError, match=r"unknown physics parameter 'mass'"):
+        backend.physics("mass", ["cube"])
+    backend.close()
+
+
+def test_train_with_a_preset_writes_the_draw_log_and_a_typo_names_the_key(tmp_path):
+    run = tmp_path / "run"
+    common = ["task=panda_pick_cube", "total_steps=240", "learning_starts=200", "num_envs=2", "video=false"]
+    common += ["eval_interval=1000", "eval_episodes=1", "checkpoint_interval=1000", "progress=false"]
+    common += [f"hydra.run.dir={run}"]
+    run_module("robotrl.train", *common, "randomization=default")
+    lines = (run / "randomization.jsonl").read_text().splitlines()
+    assert len(lines) == 4  # two envs, each reset at the start and after its 100-step episode
+    bad = "randomization.terms.object_mass.low=-1"
+    result = run_module("robotrl.train", *common, "randomization=default", bad, check=False)
+    assert result.returncode != 0
+    assert "randomization.terms.object_mass.low" in result.stderr
