@@ -16,6 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from robotrl.agents import AGENT_CONFIGS
 from robotrl.core.policy_bundle import FORMATS as BUNDLE_FORMATS
 from robotrl.hil.config import HILConfig
+from robotrl.sim2real.actuation import ActuationConfig
 from robotrl.sim2real.randomization import RandomizationConfig
 from robotrl.tasks import TASK_CONFIGS
 from robotrl.tasks.configs import BACKENDS
@@ -81,6 +82,9 @@ class TrainConfig:
     # Physics randomization of the training envs (randomization=none|default|wide|hand, configs/randomization/);
     # evaluation runs the nominal model. Built-in simulated tasks only.
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    # An actuator model between the training envs' commands and their actuators: latency in physics substeps, a
+    # low-pass filter (robotrl/sim2real/actuation.py); off by default. Built-in simulated tasks only.
+    actuation: ActuationConfig = field(default_factory=ActuationConfig)
     # An experiment tracker beside metrics.csv and TensorBoard, which every run writes: wandb (Weights & Biases,
     # the tracking extra, set under `wandb.*`) or null. A plain key rather than a config group, so that
     # `logger=wandb` also applies as an override on resume.
@@ -118,12 +122,15 @@ class TrainConfig:
             _check_backend("task.backend", self.task.backend, self.task)
         self.hil.validate()
         self.randomization.validate()
+        self.actuation.validate()
         if getattr(self.task, "name", None) == "gym":
             if self.randomization.terms:
                 raise ValueError(
                     f"randomization={self.randomization.name} changes a built-in task's simulated physics; task=gym "
                     "runs a gymnasium env whose model robotrl does not own: set randomization=none"
                 )
+            if self.actuation.enabled:
+                raise ValueError("actuation.* models a built-in task's actuators; task=gym has its own: leave it off")
         check_logger(self.logger)
         self.wandb.validate()
         if hasattr(self.agent, "validate"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -194,14 +195,30 @@ class ArmTask(ABC):
         if self.tool_orientation is not None:
             self.controller.target_quat[env_ids] = self.tool_orientation.to(self.device)
 
-    def apply_action(self, action: torch.Tensor) -> None:
+    @property
+    def commanded_actuators(self) -> tuple[str, ...]:
+        """The actuators an action commands: the arm's, and the gripper where the task uses it."""
+        return (*self.arm_actuators, "gripper") if self.has_gripper else self.arm_actuators
+
+    def actuator_commands(self, action: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
+        """The targets [E, len(commanded_actuators)] an action asks of the actuators, from the current state."""
         arm_targets = self.controller.joint_targets(action[:, : self.controller.action_dim])
         if not self.has_gripper:
-            self.backend.set_actuators(self.arm_actuators, arm_targets)
-            return
+            return self.arm_actuators, arm_targets
         gripper = self.robot.gripper
         finger = gripper.open + (action[:, -1:] + 1.0) * 0.5 * (gripper.closed - gripper.open)
-        self.backend.set_actuators((*self.arm_actuators, "gripper"), torch.cat([arm_targets, finger], -1))
+        return self.commanded_actuators, torch.cat([arm_targets, finger], -1)
+
+    def hold_targets(self, env_ids: torch.Tensor) -> torch.Tensor:
+        """Targets [K, len(commanded_actuators)] that keep `env_ids` where a reset put them: the arm's joint
+        positions, the gripper open."""
+        arm = self.backend.joint_pos(self.robot.joints)[env_ids.to(self.device)]
+        if not self.has_gripper:
+            return arm
+        return torch.cat([arm, torch.full((len(arm), 1), self.robot.gripper.open, device=arm.device)], -1)
+
+    def apply_action(self, action: torch.Tensor) -> None:
+        self.backend.set_actuators(*self.actuator_commands(action))
 
     def expert_action(self) -> torch.Tensor:
         """The scripted expert's action [E, A] for the current state, in the controller's action frame. Tasks
@@ -283,6 +300,17 @@ class TaskEvents(Protocol):
     def close(self) -> None: ...
 
 
+class Actuation(Protocol):
+    """How a task's actuator commands reach the simulator, in the place of setting them at once: an actuator model
+    (robotrl/sim2real/actuation.py: latency in substeps, a low-pass filter), set with TaskVecEnv.set_actuation."""
+
+    def reset(self, env_ids: torch.Tensor, actuators: Sequence[str]) -> None:
+        """After the task reset `env_ids`."""
+
+    def apply(self, actuators: Sequence[str], targets: torch.Tensor, substeps: int) -> None:
+        """Send a control step's targets and advance the physics `substeps`."""
+
+
 class TaskVecEnv:
     """VecEnv over an ArmTask: validated actions, control-rate stepping, time limits, auto-reset. Its tensors are
     on the CPU whatever the simulator's device: the task's own math runs beside the simulator's state (on a GPU,
@@ -291,6 +319,7 @@ class TaskVecEnv:
     def __init__(self, task: ArmTask):
         self.task = task
         self.events: list[TaskEvents] = []
+        self.actuation: Actuation | None = None  # None: commands reach the actuators at once
         self.name = task.cfg.name
         self.num_envs = task.num_envs
         self.action_dim, self.control = task.action_dim, task.controller.kind
@@ -301,10 +330,15 @@ class TaskVecEnv:
     def add_events(self, events: TaskEvents) -> None:
         self.events.append(events)
 
+    def set_actuation(self, actuation: Actuation) -> None:
+        self.actuation = actuation
+
     def _reset_envs(self, ids: torch.Tensor) -> None:
         for events in self.events:
             events.on_reset(ids)
         self.task.reset(ids)
+        if self.actuation is not None:
+            self.actuation.reset(ids, self.task.commanded_actuators)
         self._t[ids] = 0
 
     def _obs_spec(self) -> dict[str, TensorSpec]:
@@ -337,8 +371,12 @@ class TaskVecEnv:
         return _on_cpu(self._observe())
 
     def step(self, action: torch.Tensor) -> StepResult:
-        self.task.apply_action(check_action(self.name, action, self.num_envs, self.action_dim).to(self.task.device))
-        self.task.backend.step(self.task.cfg.control_substeps)
+        action = check_action(self.name, action, self.num_envs, self.action_dim).to(self.task.device)
+        if self.actuation is None:
+            self.task.apply_action(action)
+            self.task.backend.step(self.task.cfg.control_substeps)
+        else:
+            self.actuation.apply(*self.task.actuator_commands(action), self.task.cfg.control_substeps)
         self._t += 1
         next_obs = _on_cpu(self._observe())
         reward, success, terminated = self.task.evaluate()

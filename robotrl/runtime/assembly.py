@@ -21,6 +21,7 @@ from robotrl.data.replay import ReplayBuffer
 from robotrl.hil.scripted_operator import find_task
 from robotrl.hil.setup import ends_at_success
 from robotrl.runtime.frame_stack import FrameStack
+from robotrl.sim2real.actuation import ActuationConfig, DelayedActuation
 from robotrl.sim2real.randomization import PhysicsRandomizer, RandomizationConfig, RandomizationTargets
 from robotrl.tasks import make_env
 from robotrl.tasks.arm_task import TaskVecEnv
@@ -112,6 +113,18 @@ def add_randomization(env, cfg: RandomizationConfig, seed: int, log: Path | None
     randomizer = PhysicsRandomizer(cfg, sim.task.backend, RandomizationTargets.of_task(sim.task), seed, log)
     sim.add_events(randomizer)
     return randomizer
+
+
+def add_actuation(env, cfg: ActuationConfig, seed: int) -> DelayedActuation | None:
+    """Put an actuator model (command latency, a low-pass filter) between `env`'s simulated task and its
+    actuators; None where `cfg` changes nothing."""
+    cfg.validate()
+    if not cfg.enabled:
+        return None
+    sim = _task_vec_env(env, "actuation")
+    actuation = DelayedActuation(cfg, sim.task, seed)
+    sim.set_actuation(actuation)
+    return actuation
 
 
 def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> ReplayBuffer | MixedReplay:

@@ -22,6 +22,7 @@ from robotrl.hil.setup import ends_at_success, env_task, load_demos, wrap_for_hi
 from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.assembly import (
     EpisodeStats,
+    add_actuation,
     add_randomization,
     frame_stack_of,
     make_replay,
@@ -80,6 +81,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     terminate_on_success = ends_at_success(cfg.task)
     env = make_training_env(cfg, cfg.num_envs, task=env_task(cfg.task, cfg.hil))
     add_randomization(env, cfg.randomization, cfg.seed, run_dir / "randomization.jsonl")
+    add_actuation(env, cfg.actuation, cfg.seed)
     env = wrap_for_hil(env, cfg.hil, terminate_on_success)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
     replay = make_replay(cfg, env, agent.replay_n_step, device)
