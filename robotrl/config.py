@@ -18,6 +18,7 @@ from robotrl.core.policy_bundle import FORMATS as BUNDLE_FORMATS
 from robotrl.hil.config import HILConfig
 from robotrl.sim2real.actuation import ActuationConfig
 from robotrl.sim2real.randomization import RandomizationConfig
+from robotrl.sim2real.sensing import SensingConfig
 from robotrl.tasks import TASK_CONFIGS
 from robotrl.tasks.configs import BACKENDS
 
@@ -85,6 +86,9 @@ class TrainConfig:
     # An actuator model between the training envs' commands and their actuators: latency in physics substeps, a
     # low-pass filter (robotrl/sim2real/actuation.py); off by default. Built-in simulated tasks only.
     actuation: ActuationConfig = field(default_factory=ActuationConfig)
+    # A sensor model over the training envs' observations: delay in control steps, dropped messages, bias and noise
+    # on joint states and tracked objects (robotrl/sim2real/sensing.py); off by default. Built-in tasks only.
+    sensing: SensingConfig = field(default_factory=SensingConfig)
     # An experiment tracker beside metrics.csv and TensorBoard, which every run writes: wandb (Weights & Biases,
     # the tracking extra, set under `wandb.*`) or null. A plain key rather than a config group, so that
     # `logger=wandb` also applies as an override on resume.
@@ -123,6 +127,7 @@ class TrainConfig:
         self.hil.validate()
         self.randomization.validate()
         self.actuation.validate()
+        self.sensing.validate()
         if getattr(self.task, "name", None) == "gym":
             if self.randomization.terms:
                 raise ValueError(
@@ -131,6 +136,8 @@ class TrainConfig:
                 )
             if self.actuation.enabled:
                 raise ValueError("actuation.* models a built-in task's actuators; task=gym has its own: leave it off")
+            if self.sensing.enabled:
+                raise ValueError("sensing.* models a built-in task's sensors; task=gym has its own: leave it off")
         check_logger(self.logger)
         self.wandb.validate()
         if hasattr(self.agent, "validate"):

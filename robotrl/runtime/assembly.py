@@ -23,6 +23,7 @@ from robotrl.hil.setup import ends_at_success
 from robotrl.runtime.frame_stack import FrameStack
 from robotrl.sim2real.actuation import ActuationConfig, DelayedActuation
 from robotrl.sim2real.randomization import PhysicsRandomizer, RandomizationConfig, RandomizationTargets
+from robotrl.sim2real.sensing import SensingConfig, SensorModel
 from robotrl.tasks import make_env
 from robotrl.tasks.arm_task import TaskVecEnv
 
@@ -125,6 +126,16 @@ def add_actuation(env, cfg: ActuationConfig, seed: int) -> DelayedActuation | No
     actuation = DelayedActuation(cfg, sim.task, seed)
     sim.set_actuation(actuation)
     return actuation
+
+
+def add_sensing(env, cfg: SensingConfig, seed: int):
+    """`env` with a sensor model over its simulated task's observations (delay, drops, bias, noise); `env` itself
+    where `cfg` changes nothing."""
+    cfg.validate()
+    if not cfg.enabled:
+        return env
+    task = _task_vec_env(env, "sensing").task
+    return SensorModel(env, task.observation_entries(task.robot), cfg, seed, task.episode_steps)
 
 
 def make_replay(cfg: TrainConfig, env, n_step: int, device: torch.device) -> ReplayBuffer | MixedReplay:

@@ -24,6 +24,7 @@ from robotrl.runtime.assembly import (
     EpisodeStats,
     add_actuation,
     add_randomization,
+    add_sensing,
     frame_stack_of,
     make_replay,
     make_training_env,
@@ -82,6 +83,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     env = make_training_env(cfg, cfg.num_envs, task=env_task(cfg.task, cfg.hil))
     add_randomization(env, cfg.randomization, cfg.seed, run_dir / "randomization.jsonl")
     add_actuation(env, cfg.actuation, cfg.seed)
+    env = add_sensing(env, cfg.sensing, cfg.seed)
     env = wrap_for_hil(env, cfg.hil, terminate_on_success)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
     replay = make_replay(cfg, env, agent.replay_n_step, device)
