@@ -56,6 +56,7 @@ import mujoco
 from robotrl.hardware.realtime import check_priority, set_realtime_priority
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
+from robotrl.hardware.twin_models import MAX_LATENCY_S, CommandDelay, StateNoise
 
 from robotrl.cli_errors import reports_errors
 from robotrl.config import strict_object
@@ -110,6 +111,18 @@ class SimTwinConfig:
     # the robot's own e-stop button, released: std_msgs/Bool false, latched, as a lab's e-stop node publishes it
     # (a robot env refuses to start without a live e-stop publisher); press it from another publisher; "": none
     estop_topic: str = "/estop"
+    # Actuator and sensor models (hardware/twin_models.py), so a rehearsal meets what training modelled
+    # (docs/sim2real.md): a command takes effect latency_ms after the twin received it (in whole physics steps);
+    # published joint states carry a per-joint offset drawn at start-up (an encoder's calibration, std
+    # joint_pos_bias), per-message noise (std joint_pos_noise rad, joint_vel_noise rad/s) and are lost with
+    # probability state_drop_prob; published object positions carry noise (std object_pos_noise m)
+    latency_ms: float = 0.0
+    joint_pos_bias: float = 0.0
+    joint_pos_noise: float = 0.0
+    joint_vel_noise: float = 0.0
+    object_pos_noise: float = 0.0
+    state_drop_prob: float = 0.0
+    noise_seed: int = 0
     report_interval: float = 10.0  # seconds between status lines in the log; 0: none
     realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
 
@@ -136,6 +149,17 @@ class SimTwinConfig:
             )
         if self.report_interval < 0:
             raise ValueError(f"report_interval must be >= 0, got {self.report_interval!r}")
+        if not (math.isfinite(self.latency_ms) and 0 <= self.latency_ms <= MAX_LATENCY_S * 1000):
+            raise ValueError(
+                f"latency_ms must be within [0, {MAX_LATENCY_S * 1000:g}] (the twin's command buffer), got "
+                f"{self.latency_ms!r}"
+            )
+        for key in ("joint_pos_bias", "joint_pos_noise", "joint_vel_noise", "object_pos_noise"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{key} must be a finite standard deviation >= 0, got {value!r}")
+        if not (math.isfinite(self.state_drop_prob) and 0 <= self.state_drop_prob < 1):
+            raise ValueError(f"state_drop_prob must be in [0, 1), got {self.state_drop_prob!r}")
         check_priority("realtime_priority", self.realtime_priority)
 
 
@@ -249,6 +273,18 @@ class SimTwin:
         if self.has_gripper:
             self.data.ctrl[self._gripper_actuator] = self._gripper_target
         self._command_lock = threading.Lock()
+        self.latency_steps = round(cfg.latency_ms / 1000 / timestep)
+        self._commands = CommandDelay(self.latency_steps, self.data.ctrl)
+        self._sensors = StateNoise(
+            len(self.state_names),
+            cfg.joint_pos_bias,
+            cfg.joint_pos_noise,
+            cfg.joint_vel_noise,
+            cfg.object_pos_noise,
+            cfg.state_drop_prob,
+            cfg.noise_seed,
+        )
+        self.states_lost = 0
 
         # Counters and timing.
         self.periods = 0
@@ -472,10 +508,12 @@ class SimTwin:
                 self._setpoint[trajectory.joints] = trajectory.sample(time.time())
             elif self._target is not None:
                 self._setpoint[:] = self._target
-            self.data.ctrl[self._actuators] = self._setpoint
+            sent = self._commands.in_force.copy()
+            sent[self._actuators] = self._setpoint
             if self._gripper_target is not None:
-                self.data.ctrl[self._gripper_actuator] = self._gripper_target
+                sent[self._gripper_actuator] = self._gripper_target
             placements, self._placements = self._placements, {}
+        self._commands.send(sent)
         for name, (position, quat) in placements.items():
             joint = self._free_joint(name)
             qpos, dof = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
@@ -484,6 +522,7 @@ class SimTwin:
                 self.data.qpos[qpos + 3 : qpos + 7] = quat
             self.data.qvel[dof : dof + 6] = 0.0
         for _ in range(self.substeps):
+            self.data.ctrl[:] = self._commands.tick()  # the command in force, latency_ms after it was sent
             mujoco.mj_step(self.model, self.data)
         self.publish_joint_state()
         if self._object_pubs and self.periods % self._object_every == 0:
@@ -522,13 +561,17 @@ class SimTwin:
         return int(joint) if joint >= 0 and self.model.jnt_type[joint] == mujoco.mjtJoint.mjJNT_FREE else None
 
     def publish_joint_state(self) -> None:
+        if self._sensors.lost():
+            self.states_lost += 1
+            return
         data = self.data
         effort = data.qfrc_actuator[self._qvel]
         now = time.time()
+        position, velocity = self._sensors.joint_state(data.qpos[self._qpos], data.qvel[self._qvel])
         msg = self._JointState(
             name=self.state_names,
-            position=data.qpos[self._qpos].tolist(),
-            velocity=data.qvel[self._qvel].tolist(),
+            position=position.tolist(),
+            velocity=velocity.tolist(),
             effort=effort.tolist(),
         )
         ns = int(now * 1e9)
@@ -541,7 +584,8 @@ class SimTwin:
         """Each tracked body's world pose (MuJoCo's xpos, xquat), stamped now."""
         stamp = self._time_msg(time.time())
         for name, body in self._object_bodies.items():
-            msg = self._pose_msg(self.data.xpos[body], self.data.xquat[body], stamp, self.cfg.object_frame)
+            position = self._sensors.object_position(self.data.xpos[body])
+            msg = self._pose_msg(position, self.data.xquat[body], stamp, self.cfg.object_frame)
             self._object_pubs[name].publish(msg)
             self.object_poses += 1
 
@@ -624,6 +668,7 @@ class SimTwin:
             "images": self.images,
             "object_poses": self.object_poses,
             "scene_resets": self.scene_resets,
+            "states_lost": self.states_lost,  # joint state messages state_drop_prob kept back
         }
 
     def close(self) -> None:

@@ -279,7 +279,52 @@ def test_command_line_runs_for_its_duration_with_a_camera_in_another_process():
     assert 250 <= stats["periods"] + stats["missed"] <= 301 and stats["images"] >= 5
 
 
+def test_latency_holds_a_command_whole_physics_steps_and_states_carry_noise(monkeypatch):
+    """latency_ms=10 at 500 Hz (one 2 ms physics step a period): a command is in force exactly 5 steps after the
+    twin took it. Published joint states carry the offset drawn at start-up and per-message noise of their set
+    sizes, and a fifth of them are lost (counted, not sent)."""
+    cfg = SimTwinConfig(rate_hz=500.0, domain_id=178, report_interval=0, latency_ms=10.0, joint_pos_bias=0.01)
+    cfg.joint_pos_noise, cfg.state_drop_prob, cfg.noise_seed = 0.001, 0.2, 3
+    twin = SimTwin(cfg)
+    try:
+        assert twin.latency_steps == 5
+        sent, truth = [], []
+        real = twin.joint_states.publish
+        monkeypatch.setattr(
+            twin.joint_states,
+            "publish",
+            lambda msg: (
+                sent.append(np.array(msg.position)),
+                truth.append(twin.data.qpos[twin._qpos].copy()),
+                real(msg),
+            ),
+        )
+        target = HOME + 0.2
+        twin._on_forward(Float64MultiArray(data=target.tolist()))
+        in_force = []
+        for _ in range(8):
+            twin.step()
+            in_force.append(twin.data.ctrl[twin._actuators].copy())
+        assert [bool(np.allclose(c, HOME)) for c in in_force] == [True] * 5 + [False] * 3
+        np.testing.assert_allclose(in_force[5], target)
+        for _ in range(992):
+            twin.step()
+        assert 150 < twin.states_lost < 250 and len(sent) == 1000 - twin.states_lost
+        error = np.stack(sent) - np.stack(truth)
+        offset = error.mean(0)  # one offset per joint for the whole session
+        np.testing.assert_allclose(offset, twin._sensors.bias, atol=3e-4)
+        assert 0.003 < np.abs(offset).max() < 0.04
+        assert 0.0008 < (error - offset).std() < 0.0012
+    finally:
+        twin.close()
+
+
 def test_command_line_refuses_a_bad_setting_by_name():
-    for override, complaint in (("rate=5", "rate"), ("rate_hz=-1", "rate_hz must be a finite number > 0")):
+    for override, complaint in (
+        ("rate=5", "rate"),
+        ("rate_hz=-1", "rate_hz must be a finite number > 0"),
+        ("latency_ms=5000", "latency_ms must be within [0, 1000] (the twin's command buffer)"),
+        ("state_drop_prob=1", "state_drop_prob must be in [0, 1)"),
+    ):
         result = run_module("robotrl.hardware.sim_twin", override, "domain_id=176", check=False)
         assert result.returncode != 0 and complaint in result.stderr + result.stdout, result.stderr[-2000:]
