@@ -48,7 +48,14 @@ from robotrl.hil.config import HILConfig
 from robotrl.hil.intervention import InterventionEnv
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
 from robotrl.hil.setup import ends_at_success, env_task, wrap_for_hil
-from robotrl.runtime.assembly import EpisodeStats, make_training_env, resolve_device
+from robotrl.runtime.assembly import (
+    EpisodeStats,
+    add_actuation,
+    add_randomization,
+    add_sensing,
+    make_training_env,
+    resolve_device,
+)
 from robotrl.runtime.metrics import MetricsWriter
 from robotrl.runtime.run_config import save_run_config
 from robotrl.runtime.transport.client import LearnerClient
@@ -57,6 +64,9 @@ from robotrl.runtime.transport.protocol import ACTOR_ID, new_session, task_setti
 from robotrl.runtime.transport.sender import Outbox, Sender, register_until_accepted
 from robotrl.runtime.transport.weights import actor_owned, load_policy_state
 from robotrl.runtime.transport.wire import WireError, spec_from_json
+from robotrl.sim2real.actuation import ActuationConfig
+from robotrl.sim2real.randomization import RandomizationConfig
+from robotrl.sim2real.sensing import SensingConfig
 from robotrl.tasks import TASK_CONFIGS
 
 log = logging.getLogger(__name__)
@@ -111,6 +121,13 @@ class ActorConfig:
     # the task still gives the controller and observation layout the learner's agent expects.
     hardware: Any = None
     robot: ActorRobotConfig = field(default_factory=ActorRobotConfig)  # goals and reward on the robot
+    # Simulation only, as robotrl-train's (docs/sim2real.md): physics randomization (randomization=none|default|
+    # wide|hand), an actuator model (actuation.*) and a sensor model (sensing.*) for this actor's envs, drawn from
+    # its own seed (actor_seed), so actors feeding one learner meet different physics. The learner's own envs (for
+    # its spec) stay nominal.
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    actuation: ActuationConfig = field(default_factory=ActuationConfig)
+    sensing: SensingConfig = field(default_factory=SensingConfig)
 
     @property
     def pacing(self) -> int:
@@ -123,8 +140,30 @@ class ActorConfig:
         self.learner.validate()
         self.hil.validate()
         self.robot.validate()
+        self.randomization.validate()
+        self.actuation.validate()
+        self.sensing.validate()
+        if getattr(self.task, "name", None) == "gym" and self.randomization.terms:
+            raise ValueError(
+                f"randomization={self.randomization.name} changes a built-in task's simulated physics; task=gym runs "
+                "a gymnasium env whose model robotrl does not own: set randomization=none"
+            )
         if self.hardware is not None:
             self.hardware.validate()
+            modelled = [
+                key
+                for key, on in (
+                    (f"randomization={self.randomization.name}", bool(self.randomization.terms)),
+                    ("actuation.*", self.actuation.enabled),
+                    ("sensing.*", self.sensing.enabled),
+                )
+                if on
+            ]
+            if modelled:
+                raise ValueError(
+                    f"{', '.join(modelled)} model a simulated robot; with hardware={self.hardware.robot} the robot's "
+                    "own physics, actuators and sensors act: leave them off"
+                )
             if self.num_envs != 1:
                 raise ValueError(
                     f"num_envs must be 1 with hardware={self.hardware.robot} (one robot), got {self.num_envs}"
@@ -312,6 +351,16 @@ class Actor:
         else:
             task = env_task(cfg.task, cfg.hil)  # with a learned reward, its verdict ends episodes
             env = make_training_env(SimpleNamespace(task=task, agent=agent_cfg), cfg.num_envs)
+            seed = actor_seed(cfg.seed, cfg.actor_id)
+            log_path = self.run_dir / "randomization.jsonl" if self.run_dir is not None else None
+            try:
+                add_randomization(env, cfg.randomization, seed, log_path)
+                add_actuation(env, cfg.actuation, seed)
+                env = add_sensing(env, cfg.sensing, seed)
+            except BaseException:
+                env.close()
+                client.close()
+                raise
         try:
             # the operator's takeover and a learned reward, as the loop's env
             env = wrap_for_hil(env, cfg.hil, ends_at_success(cfg.task))

@@ -661,3 +661,25 @@ def test_a_diverged_learner_stops_and_says_what_a_restart_resumes_from(tmp_path)
         if learner.proc.poll() is None:
             learner.kill()
         learner.client.close()
+
+
+def test_a_simulated_actor_randomizes_its_own_envs_and_others_refuse_to(tmp_path):
+    """An actor's envs take the physics randomization, actuator and sensor models robotrl-train's take, drawn per
+    actor; a robot actor, whose robot has its own, and a gymnasium task refuse them by name."""
+    sim = ["task=panda_pick_cube", "randomization=default", "actuation.latency_max=5", "sensing.delay_max=1"]
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        composed = to_actor_config(compose("actor", sim))
+        with pytest.raises(ValueError, match=r"randomization=default, actuation.\*, sensing.\* model a simulated"):
+            to_actor_config(compose("actor", [*sim, "hardware=sim_twin"]))
+        with pytest.raises(ValueError, match=r"randomization=default changes a built-in task's simulated physics"):
+            to_actor_config(compose("actor", ["task=gym", "randomization=default"]))
+    learner = LearnerProcess(tmp_path / "learner", free_port(), base=PICK_ARGS)
+    try:
+        cfg = actor_config(learner.port, task=PICK, actor_id="randomized", num_envs=2, total_steps=100)
+        cfg.randomization, cfg.actuation, cfg.sensing = composed.randomization, composed.actuation, composed.sensing
+        summary = join_actor(*start_actor(cfg, run_dir=tmp_path / "actor")[2:], timeout=90)
+    finally:
+        assert learner.stop() == 0, learner.output()
+    assert summary["acked_env_steps"] == 100
+    drawn = [json.loads(line) for line in (tmp_path / "actor" / "randomization.jsonl").read_text().splitlines()]
+    assert [line["env"] for line in drawn[:2]] == [0, 1] and drawn[0]["values"] != drawn[1]["values"]
