@@ -19,16 +19,24 @@ from typing import IO
 import numpy as np
 import torch
 from robotrl.tasks.arm_task import ArmTask
-from robotrl.tasks.backend import PHYSICS_PARAMS, SimBackend
+from robotrl.tasks.backend import PHYSICS_PARAMS, VISUAL_PARAMS, SimBackend
 
 DISTRIBUTIONS = ("uniform", "log_uniform", "gaussian")
 OPERATIONS = ("scale", "add", "set")
 WHEN = ("startup", "reset", "interval")
-TARGETS = {"body": ("robot", "object"), "joint": ("robot",), "actuator": ("robot",), "world": ("world",)}
+TARGETS = {
+    "body": ("robot", "object", "scene"),  # scene: the world body's geoms (the floor that serves as the table)
+    "joint": ("robot",),
+    "actuator": ("robot",),
+    "world": ("world",),
+    "camera": ("camera",),  # the cameras the task's pixel observations come from
+    "light": ("light",),  # the scene's named lights
+}
 # quantities that cannot be zero or negative, and those that cannot be negative (the backend refuses them too, but
 # a range is checked at start-up, before a draw far into a run hits the edge)
-POSITIVE = frozenset({"body_mass", "friction", "actuator_gain"})
-NON_NEGATIVE = frozenset({"joint_damping", "joint_armature", "joint_frictionloss"})
+POSITIVE = frozenset({"body_mass", "friction", "actuator_gain", "camera_fovy"})
+NON_NEGATIVE = frozenset({"joint_damping", "joint_armature", "joint_frictionloss", "light_diffuse", "rgb_tint"})
+NOT_SCALED = frozenset({"body_com", "camera_pos", "camera_tilt", "light_pos"})  # positions and turns: add or set
 
 
 @dataclass
@@ -56,8 +64,8 @@ class RandomizationTerm:
             raise bad("target", f"of {self.param} must be one of {', '.join(TARGETS[kind])}")
         if self.operation not in OPERATIONS:
             raise bad("operation", f"must be one of {', '.join(OPERATIONS)}")
-        if self.param == "body_com" and self.operation == "scale":
-            raise bad("operation", "of body_com must be add or set (a centre of mass at the origin does not scale)")
+        if self.param in NOT_SCALED and self.operation == "scale":
+            raise bad("operation", f"of {self.param} must be add or set (a position or a turn does not scale)")
         if self.distribution not in DISTRIBUTIONS:
             raise bad("distribution", f"must be one of {', '.join(DISTRIBUTIONS)}")
         for name in ("low", "high"):
@@ -101,25 +109,38 @@ class RandomizationTargets:
     robot_joints: tuple[str, ...]
     robot_actuators: tuple[str, ...]
     objects: tuple[str, ...]
+    cameras: tuple[str, ...] = ()  # the pixel observations' cameras; () where the task observes no pixels
+    lights: tuple[str, ...] = ()
+    renders: bool = False  # whether anything the policy sees is rendered: visual terms apply only then
 
     @classmethod
     def of_task(cls, task: ArmTask) -> RandomizationTargets:
-        """The robot's joints (gripper included), the bodies they move, its actuators, and the scene's loose
-        objects (bodies with a free joint)."""
+        """The robot's joints (gripper included), the bodies they move, its actuators, the scene's loose objects
+        (bodies with a free joint) and, where the task observes pixels, its cameras and the scene's lights."""
         joints = task.robot.joints + (task.robot.gripper.joints if task.robot.gripper is not None else ())
         actuators = task.arm_actuators + (("gripper",) if task.robot.gripper is not None else ())
         bodies = tuple(dict.fromkeys(task.backend.joint_bodies(joints)))
-        return cls(bodies, joints, actuators, task.backend.free_bodies())
+        renders = task.cfg.obs != "state"
+        cameras = tuple(task.cfg.cameras) if renders else ()
+        lights = task.backend.lights() if renders else ()
+        return cls(bodies, joints, actuators, task.backend.free_bodies(), cameras, lights, renders)
 
     def names(self, term: RandomizationTerm) -> tuple[str, ...]:
+        """What `term` changes in this scene; () where it has nothing to change (no loose object, no pixels)."""
         kind = PHYSICS_PARAMS[term.param][0]
+        if term.param in VISUAL_PARAMS and not self.renders:
+            return ()
         if kind == "world":
             return ("world",)
+        if kind == "camera":
+            return self.cameras
+        if kind == "light":
+            return self.lights
         if kind == "joint":
             return self.robot_joints
         if kind == "actuator":
             return self.robot_actuators
-        return self.robot_bodies if term.target == "robot" else self.objects
+        return {"robot": self.robot_bodies, "object": self.objects, "scene": ("world",)}[term.target]
 
 
 def stream_seed(seed: int, stream: str) -> int:

@@ -41,6 +41,11 @@ class SensingConfig:
     object_pos_bias: float = 0.0  # m: std of a tracker's per-episode offset, per axis
     object_pos_noise: float = 0.0  # m: per-step
     object_rot_noise: float = 0.0  # rad: std of a per-step rotation of a tracked orientation about a random axis
+    # Camera frames (uint8), in units of the full intensity range: a per-episode brightness offset and contrast
+    # factor (std around 0 and 1), and per-step pixel noise: a camera's exposure and gain, not the scene
+    image_brightness: float = 0.0
+    image_contrast: float = 0.0
+    image_noise: float = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -73,6 +78,9 @@ _STDS = (
     "object_pos_bias",
     "object_pos_noise",
     "object_rot_noise",
+    "image_brightness",
+    "image_contrast",
+    "image_noise",
 )
 
 
@@ -128,6 +136,8 @@ class SensorModel:
                 self._bias(key, (self.num_envs, *entry.shape))[ids] = self._normal((len(ids), *entry.shape), std)
         for name in self.objects:
             self._bias(name, (self.num_envs, 3))[ids] = self._normal((len(ids), 3), self.cfg.object_pos_bias)
+        self._bias("image_brightness", (self.num_envs,))[ids] = self._normal((len(ids),), self.cfg.image_brightness)
+        self._bias("image_contrast", (self.num_envs,))[ids] = self._normal((len(ids),), self.cfg.image_contrast)
 
     def _bias(self, key: str, shape: tuple[int, ...]) -> torch.Tensor:
         if key not in self.bias:
@@ -159,6 +169,10 @@ class SensorModel:
 
     def _noisy(self, obs: Obs) -> Obs:
         cfg = self.cfg
+        if cfg.image_brightness or cfg.image_contrast or cfg.image_noise:
+            for key, value in obs.items():
+                if value.dtype == torch.uint8:
+                    obs[key] = self._jittered(value)
         for key, entry in self.entries.items():
             kind = _joint_kind(entry)
             if kind is not None:
@@ -178,6 +192,16 @@ class SensorModel:
                 elif entry.part == "quat" and turn is not None:
                     obs[key] = quat_multiply(turn, obs[key])
         return obs
+
+    def _jittered(self, frames: torch.Tensor) -> torch.Tensor:
+        """[E, C, H, W] uint8 frames through this episode's exposure and gain, with pixel noise."""
+        shape = (-1, *([1] * (frames.dim() - 1)))
+        x = frames.float() / 255.0
+        contrast = (1.0 + self.bias["image_contrast"]).clamp_min(0.0).view(shape)
+        x = (x - 0.5) * contrast + 0.5 + self.bias["image_brightness"].view(shape)
+        if self.cfg.image_noise:
+            x = x + self._normal(tuple(frames.shape), self.cfg.image_noise)
+        return (x.clamp(0.0, 1.0) * 255.0).round().to(torch.uint8)
 
     # -- VecEnv -----------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> Obs:

@@ -30,7 +30,17 @@ PHYSICS_PARAMS: dict[str, tuple[str, tuple[int, ...]]] = {
     "joint_frictionloss": ("joint", ()),  # N m: dry friction
     "actuator_gain": ("actuator", ()),  # a position actuator's stiffness kp (its damping kv stays)
     "gravity": ("world", (3,)),  # m/s^2; its one name is "world"
+    # What a camera sees, not physics (a backend that renders; pixel observations): relative to the nominal scene
+    "camera_pos": ("camera", (3,)),  # m: the camera's position in its body's frame
+    "camera_tilt": ("camera", (3,)),  # rad: a rotation vector turning the camera from its nominal orientation
+    "camera_fovy": ("camera", ()),  # degrees: the vertical field of view
+    "light_pos": ("light", (3,)),  # m
+    "light_diffuse": ("light", (3,)),  # rgb intensity
+    # rgb factors on a body's geoms' nominal colours (clipped to 1); a geom with a material tints the material, so
+    # in that env every geom sharing it (the floor's grid: the table)
+    "rgb_tint": ("body", (3,)),
 }
+VISUAL_PARAMS = frozenset({"camera_pos", "camera_tilt", "camera_fovy", "light_pos", "light_diffuse", "rgb_tint"})
 
 
 def check_physics_param(param: str, names: Sequence[str]) -> tuple[str, tuple[int, ...]]:
@@ -43,12 +53,14 @@ def check_physics_param(param: str, names: Sequence[str]) -> tuple[str, tuple[in
     return kind, shape
 
 
-_POSITIVE = frozenset({"body_mass", "friction", "actuator_gain"})  # joint_* are >= 0; body_com and gravity any
+_POSITIVE = frozenset({"body_mass", "friction", "actuator_gain", "camera_fovy"})
+_NON_NEGATIVE = frozenset({"joint_damping", "joint_armature", "joint_frictionloss", "light_diffuse", "rgb_tint"})
 
 
 def check_physics_values(param: str, names: Sequence[str], values: torch.Tensor, count: int) -> torch.Tensor:
     """`values` for `count` envs as float64 on the CPU, or ValueError naming the parameter and the bad value: a
-    wrong shape, a non-finite value, a mass, friction or gain <= 0, a joint damping, armature or friction < 0."""
+    wrong shape, a non-finite value, a mass, friction, gain or field of view <= 0, a joint damping, armature or
+    friction, a light or a tint < 0."""
     _, shape = check_physics_param(param, names)
     expected = (count, len(names), *shape)
     values = values.detach().to("cpu", torch.float64)
@@ -58,7 +70,9 @@ def check_physics_values(param: str, names: Sequence[str], values: torch.Tensor,
         raise ValueError(f"{param} of {list(names)} must be finite, got {values.tolist()}")
     if param in _POSITIVE and (values <= 0).any():
         raise ValueError(f"{param} of {list(names)} must be > 0, got {values.tolist()}")
-    if param.startswith("joint_") and (values < 0).any():
+    if param == "camera_fovy" and (values >= 180).any():
+        raise ValueError(f"{param} of {list(names)} must be below 180 degrees, got {values.tolist()}")
+    if param in _NON_NEGATIVE and (values < 0).any():
         raise ValueError(f"{param} of {list(names)} must be >= 0, got {values.tolist()}")
     return values
 
@@ -141,6 +155,10 @@ class SimBackend(ABC):
     @abstractmethod
     def free_bodies(self) -> tuple[str, ...]:
         """The bodies with a free joint: the scene's loose objects."""
+
+    @abstractmethod
+    def lights(self) -> tuple[str, ...]:
+        """The scene's named lights."""
 
     def close(self) -> None:  # noqa: B027  (optional hook)
         pass

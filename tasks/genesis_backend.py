@@ -25,7 +25,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import torch
-from robotrl.tasks.backend import SimBackend, check_physics_param, check_physics_values
+from robotrl.tasks.backend import VISUAL_PARAMS, SimBackend, check_physics_param, check_physics_values
 from robotrl.tasks.rotations import quat_multiply, quat_to_matrix
 
 INSTALL_HINT = 'the genesis extra: pip install -e ".[genesis]"'
@@ -349,6 +349,11 @@ class GenesisBackend(SimBackend):
         """Genesis's indices for `param` of `names`: link, dof or (friction) geom indices with each geom's body
         column and its nominal friction."""
         kind, _ = check_physics_param(param, names)
+        if param in VISUAL_PARAMS:
+            raise ValueError(
+                f"{param} changes what a camera sees; the genesis backend does not render yet (use task.backend=mujoco "
+                "for pixel observations and camera randomization)"
+            )
         if kind == "body":
             links = [self._link(name)[1].idx for name in names]
             if param != "friction":
@@ -428,6 +433,13 @@ class GenesisBackend(SimBackend):
     def joint_bodies(self, joints):
         ids = [self._named(mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in joints]
         return tuple(self.model.body(int(self.model.jnt_bodyid[j])).name for j in ids)
+
+    def lights(self):
+        return tuple(
+            name
+            for i in range(self.model.nlight)
+            if (name := mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_LIGHT, i))
+        )
 
     def free_bodies(self):
         free = int(mujoco.mjtJoint.mjJNT_FREE)

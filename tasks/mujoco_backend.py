@@ -58,6 +58,10 @@ class MujocoBackend(SimBackend):
         self.models = [self.model] * num_envs  # each env's model: the nominal one until set_physics writes its own
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         self._scratch = mujoco.MjData(self.model)  # mj_setConst's workspace, so no env's state is touched
+        # the relative visual parameters each env runs with: camera turns from nominal, colour factors per body
+        self._tilt = np.zeros((num_envs, self.model.ncam, 3))
+        self._view_option = mujoco.MjvOption()  # what a frame shows: MuJoCo's defaults, as mujoco.Renderer's
+        self._tint = np.ones((num_envs, self.model.nbody, 3))
         self.num_envs = num_envs
         self.physics_dt = float(self.model.opt.timestep)
         # one per image size: pixel observations and videos differ, and rebuilding a renderer takes ~100 ms
@@ -190,6 +194,8 @@ class MujocoBackend(SimBackend):
             bodies = self._ids(mujoco.mjtObj.mjOBJ_BODY, names, "body")
             if param == "body_mass" and (model.body_mass[bodies] <= 0).any():
                 raise ValueError(f"body_mass: bodies {list(names)} include one without mass (the world?)")
+            if param == "rgb_tint":
+                return [np.flatnonzero(model.geom_bodyid == body) for body in bodies], bodies
             if param != "friction":
                 return bodies
             colliding = (model.geom_contype | model.geom_conaffinity) != 0
@@ -202,6 +208,10 @@ class MujocoBackend(SimBackend):
             return geoms
         if kind == "joint":
             return self._joint_addr(names)[1]
+        if kind == "camera":
+            return self._ids(mujoco.mjtObj.mjOBJ_CAMERA, names, "camera")
+        if kind == "light":
+            return self._ids(mujoco.mjtObj.mjOBJ_LIGHT, names, "light")
         if kind == "actuator":
             acts = self._ids(mujoco.mjtObj.mjOBJ_ACTUATOR, names, "actuator")
             if not np.allclose(model.actuator_biasprm[acts, 1], -model.actuator_gainprm[acts, 0]):
@@ -209,8 +219,20 @@ class MujocoBackend(SimBackend):
             return acts
         return None  # gravity
 
-    @staticmethod
-    def _read(model, param: str, ids) -> np.ndarray:
+    def _read(self, i: int, param: str, ids) -> np.ndarray:
+        model = self.models[i]
+        if param == "camera_tilt":
+            return self._tilt[i, ids]
+        if param == "rgb_tint":
+            return self._tint[i, ids[1]]
+        if param == "camera_pos":
+            return model.cam_pos[ids]
+        if param == "camera_fovy":
+            return model.cam_fovy[ids]
+        if param == "light_pos":
+            return model.light_pos[ids]
+        if param == "light_diffuse":
+            return model.light_diffuse[ids]
         if param == "body_mass":
             return model.body_mass[ids]
         if param == "body_com":
@@ -227,9 +249,35 @@ class MujocoBackend(SimBackend):
             return model.actuator_gainprm[ids, 0]
         return model.opt.gravity[None].copy()
 
-    @staticmethod
-    def _write(model, param: str, ids, values: np.ndarray) -> None:
-        if param == "body_mass":
+    def _write(self, i: int, param: str, ids, values: np.ndarray) -> None:
+        model, nominal = self.models[i], self.model
+        if param == "camera_tilt":
+            for cam, rotation in zip(ids, values, strict=True):
+                turn = np.empty(4)
+                mujoco.mju_axisAngle2Quat(
+                    turn, rotation / max(np.linalg.norm(rotation), 1e-12), np.linalg.norm(rotation)
+                )
+                mujoco.mju_mulQuat(model.cam_quat[cam], nominal.cam_quat[cam], turn)
+            self._tilt[i, ids] = values
+        elif param == "rgb_tint":
+            geoms_of, columns = ids
+            for geoms, body, tint in zip(geoms_of, columns, values, strict=True):
+                for geom in geoms:
+                    material = nominal.geom_matid[geom]
+                    if material >= 0:
+                        model.mat_rgba[material, :3] = np.minimum(nominal.mat_rgba[material, :3] * tint, 1.0)
+                    else:
+                        model.geom_rgba[geom, :3] = np.minimum(nominal.geom_rgba[geom, :3] * tint, 1.0)
+                self._tint[i, body] = tint
+        elif param == "camera_pos":
+            model.cam_pos[ids] = values
+        elif param == "camera_fovy":
+            model.cam_fovy[ids] = values
+        elif param == "light_pos":
+            model.light_pos[ids] = values
+        elif param == "light_diffuse":
+            model.light_diffuse[ids] = values
+        elif param == "body_mass":
             model.body_inertia[ids] *= (values / model.body_mass[ids])[:, None]
             model.body_mass[ids] = values
         elif param == "body_com":
@@ -259,7 +307,7 @@ class MujocoBackend(SimBackend):
 
     def physics(self, param, names):
         ids = self._param_ids(param, tuple(names))
-        return torch.from_numpy(np.stack([self._read(model, param, ids) for model in self.models])).float()
+        return torch.from_numpy(np.stack([self._read(i, param, ids) for i in range(self.num_envs)])).float()
 
     def set_physics(self, param, env_ids, names, values):
         ids = self._param_ids(param, tuple(names))
@@ -269,9 +317,18 @@ class MujocoBackend(SimBackend):
         for k, i in enumerate(env_list):
             if self.models[i] is self.model:
                 self.models[i] = copy.copy(self.model)
-            self._write(self.models[i], param, ids, values[k])
+            self._write(i, param, ids, values[k])
             if param in _NEEDS_SET_CONST:
                 mujoco.mj_setConst(self.models[i], self._scratch)
+        if param in ("camera_pos", "camera_tilt", "light_pos"):
+            self.forward(env_ids)  # cameras and lights are placed by kinematics: the next frame sees them moved
+
+    def lights(self):
+        return tuple(
+            name
+            for i in range(self.model.nlight)
+            if (name := mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_LIGHT, i))
+        )
 
     def joint_bodies(self, joints):
         ids = self._ids(mujoco.mjtObj.mjOBJ_JOINT, tuple(joints), "joint")
@@ -349,10 +406,17 @@ class MujocoBackend(SimBackend):
                     "(or MUJOCO_GL=osmesa where EGL is missing)"
                 ) from err
             self._renderers[(width, height)] = renderer
-        cam = self._named(mujoco.mjtObj.mjOBJ_CAMERA, camera, "camera")
+        view = mujoco.MjvCamera()
+        view.type, view.fixedcamid = (
+            mujoco.mjtCamera.mjCAMERA_FIXED,
+            self._named(mujoco.mjtObj.mjOBJ_CAMERA, camera, "camera"),
+        )
         frames = np.empty((self.num_envs, height, width, 3), dtype=np.uint8)
         for k, d in enumerate(self.datas):
-            renderer.update_scene(d, camera=cam)
+            # each env's own model: its field of view, lights and colours (randomization) are read from it
+            mujoco.mjv_updateScene(
+                self.models[k], d, self._view_option, None, view, mujoco.mjtCatBit.mjCAT_ALL, renderer.scene
+            )
             frames[k] = renderer.render()
         return torch.from_numpy(frames)
 

@@ -356,6 +356,7 @@ def test_randomized_physics_is_per_env_and_draws_as_on_mujoco(genesis):
     from its solver), and a joint property written per env acts per env: one env's stiffer joint moves further."""
     from omegaconf import OmegaConf
     from robotrl.sim2real.randomization import RandomizationConfig
+    from robotrl.tasks.backend import VISUAL_PARAMS
 
     from robotrl.runtime.assembly import add_randomization
 
@@ -368,7 +369,7 @@ def test_randomized_physics_is_per_env_and_draws_as_on_mujoco(genesis):
         env.reset(seed=0)
         drawn[backend] = randomizer
     mujoco_values, genesis_values = drawn["mujoco"].values(), drawn["genesis"].values()
-    assert set(mujoco_values) == set(cfg.terms)
+    assert set(mujoco_values) == {key for key, term in cfg.terms.items() if term.param not in VISUAL_PARAMS}
     for key, values in mujoco_values.items():
         assert not torch.equal(values[0], values[1]), key
         torch.testing.assert_close(genesis_values[key], values, rtol=1e-5, atol=1e-6, msg=key)
@@ -376,6 +377,9 @@ def test_randomized_physics_is_per_env_and_draws_as_on_mujoco(genesis):
     for term in drawn["genesis"].terms:
         simulated = backend.physics(term.term.param, term.names).cpu().double()
         torch.testing.assert_close(simulated, term.values, rtol=1e-4, atol=1e-5, msg=term.key)
+
+    with pytest.raises(ValueError, match=r"camera_fovy changes what a camera sees; the genesis backend does not"):
+        backend.physics("camera_fovy", ["front"])
 
     # joint1's stiffness 2000 in env 0 and 20 in env 1, the same target 0.2 rad away: after 20 ms env 0's joint has
     # gone far further

@@ -244,3 +244,50 @@ def test_train_with_a_preset_writes_the_draw_log_and_a_typo_names_the_key(tmp_pa
     result = run_module("robotrl.train", *common, "randomization=default", bad, check=False)
     assert result.returncode != 0
     assert "randomization.terms.object_mass.low" in result.stderr
+
+
+def _pixel_env(num_envs=3):
+    cfg = TASK_CONFIGS["panda_pick_cube"](name="panda_pick_cube", obs="pixels", image_size=64)
+    return TaskVecEnv(make_task(cfg, num_envs))
+
+
+def test_camera_randomization_changes_every_envs_frame_and_repeats_with_the_seed():
+    """The same states seen through the default preset's cameras, lights and colours: every env's frame differs
+    from the nominal scene's, and the same seed draws the same frames."""
+    nominal, first, again = _pixel_env(), _pixel_env(), _pixel_env()
+    randomizers = [add_randomization(env, _preset("default"), seed=7) for env in (first, again)]
+    assert {"camera_pos", "camera_tilt", "camera_fovy", "light_diffuse", "table_colour"} <= set(randomizers[0].values())
+    frames = [env.reset(seed=0)["pixels_front"] for env in (nominal, first, again)]
+    # the reset draws the same layouts: only what the camera sees differs
+    assert torch.equal(
+        nominal.task.backend.joint_pos(nominal.task.robot.joints),
+        first.task.backend.joint_pos(nominal.task.robot.joints),
+    )
+    for env in range(3):
+        assert (frames[1][env].float() - frames[0][env].float()).abs().mean() > 2.0, env
+    assert torch.equal(frames[1], frames[2])
+    for env in (nominal, first, again):
+        env.close()
+
+
+def test_a_camera_moved_in_one_env_moves_that_envs_frame_only():
+    env = _pixel_env(2)
+    env.reset(seed=0)
+    backend = env.task.backend
+    before = backend.render("front", 64, 64)
+    shifted = backend.physics("camera_pos", ["front"])[1:] + torch.tensor([0.0, 0.0, 0.02])
+    backend.set_physics("camera_pos", torch.tensor([1]), ["front"], shifted)
+    after = backend.render("front", 64, 64)
+    assert torch.equal(after[0], before[0]) and not torch.equal(after[1], before[1])
+    backend.set_physics("camera_fovy", torch.tensor([0]), ["front"], torch.tensor([[60.0]]))
+    assert not torch.equal(backend.render("front", 64, 64)[0], before[0])
+    with pytest.raises(ValueError, match=r"camera_fovy of \['front'\] must be below 180 degrees"):
+        backend.set_physics("camera_fovy", torch.tensor([0]), ["front"], torch.tensor([[180.0]]))
+    env.close()
+
+
+def test_visual_terms_change_nothing_where_a_task_observes_state():
+    env = _env("panda_pick_cube", 2)
+    randomizer = add_randomization(env, _preset("default"), seed=0)
+    assert not {"camera_pos", "light_diffuse", "robot_colour"} & set(randomizer.values())
+    env.close()

@@ -92,3 +92,17 @@ def test_bad_settings_are_refused_naming_the_key(cfg, message):
     with pytest.raises(ValueError, match=message):
         add_sensing(env, cfg, seed=0)
     env.close()
+
+
+def test_camera_frames_take_a_per_episode_exposure_and_pixel_noise():
+    cfg = SensingConfig(image_brightness=0.1, image_contrast=0.1, image_noise=0.02)
+    task = TASK_CONFIGS["panda_reach"](name="panda_reach", obs="pixels", image_size=64)
+    plain = TaskVecEnv(make_task(task, 4))
+    sensed = add_sensing(TaskVecEnv(make_task(task, 4)), cfg, seed=0)
+    true, shown = plain.reset(seed=1)["pixels_front"].float(), sensed.reset(seed=1)["pixels_front"].float()
+    residual = shown - true
+    offsets = residual.mean((1, 2, 3))  # the brightness of each env's episode (and a little of its contrast)
+    assert offsets.std() > 5.0  # about 0.1 of 255 between envs
+    assert 2.0 < (residual - residual.mean((2, 3), keepdim=True)).std() < 12.0  # noise of 0.02 * 255, plus contrast
+    plain.close()
+    sensed.close()
