@@ -153,11 +153,20 @@ class EvalConfig:
     deterministic: bool = True
     device: str = "auto"
     backend: str | None = None  # mujoco | genesis: evaluate on this simulator; null: the run's own
+    # Evaluate under changed physics, actuators or sensors (docs/sim2real.md), drawn from `seed`: a preset
+    # (randomization=default), or one fixed corner, e.g. +randomization.terms.heavy={param:body_mass,target:object,
+    # low:1.3,high:1.3}; actuation.latency_min=10 actuation.latency_max=10 for 20 ms of command latency
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    actuation: ActuationConfig = field(default_factory=ActuationConfig)
+    sensing: SensingConfig = field(default_factory=SensingConfig)
 
     def validate(self) -> None:
         if self.episodes < 1:
             raise ValueError(f"episodes must be >= 1, got {self.episodes}")
         _check_device(self.device)
+        self.randomization.validate()
+        self.actuation.validate()
+        self.sensing.validate()
 
 
 @dataclass

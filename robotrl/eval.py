@@ -2,6 +2,8 @@
 
 `backend=` evaluates on another simulator than the run trained on (a policy trained on MuJoCo, evaluated
 on Genesis, or the reverse): the run's saved config still gives the task, only the backend changes.
+`randomization=`, `actuation.*` and `sensing.*` evaluate under changed physics, actuators or sensors (a preset's
+draws, or one fixed corner: docs/sim2real.md).
 
 Prints mean return (and success rate where the task defines success) and writes a video of the first
 episode under <run dir>/eval/<time>/.
@@ -22,7 +24,7 @@ from robotrl.agents import make_agent
 from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import EvalConfig, register_configs, strict_object
 from robotrl.core.durable import write_atomic
-from robotrl.runtime.assembly import make_training_env, resolve_device
+from robotrl.runtime.assembly import add_actuation, add_randomization, add_sensing, make_training_env, resolve_device
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.run_config import load_run_config, run_config_file
@@ -36,6 +38,9 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     run_dir = Path(cfg.run)
     train_cfg = load_run_config(run_dir, cfg.backend)  # robotrl-train's run, or robotrl-learner's
     env = make_training_env(train_cfg, num_envs=1, render=cfg.video)
+    add_randomization(env, cfg.randomization, cfg.seed, out_dir / "randomization.jsonl")
+    add_actuation(env, cfg.actuation, cfg.seed)
+    env = add_sensing(env, cfg.sensing, cfg.seed)
     agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, resolve_device(cfg.device))
     ckpt = latest_checkpoint(run_dir / "checkpoints")
     load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
@@ -50,7 +55,14 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     )
     env.close()
     backend = getattr(train_cfg.task, "backend", None)
-    result = {"checkpoint": ckpt.name, "episodes": cfg.episodes, **({"backend": backend} if backend else {}), **result}
+    modelled = {"randomization": cfg.randomization.name} if cfg.randomization.terms else {}
+    result = {
+        "checkpoint": ckpt.name,
+        "episodes": cfg.episodes,
+        **({"backend": backend} if backend else {}),
+        **modelled,
+        **result,
+    }
     write_atomic(out_dir / "eval.json", json.dumps(result, indent=1).encode())
     return result
 

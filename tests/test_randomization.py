@@ -232,7 +232,7 @@ def test_the_backend_refuses_values_a_simulator_cannot_hold():
     backend.close()
 
 
-def test_train_with_a_preset_writes_the_draw_log_and_a_typo_names_the_key(tmp_path):
+def test_train_with_a_preset_logs_its_draws_eval_takes_a_corner_and_a_typo_is_named(tmp_path):
     run = tmp_path / "run"
     common = ["task=panda_pick_cube", "total_steps=240", "learning_starts=200", "num_envs=2", "video=false"]
     common += ["eval_interval=1000", "eval_episodes=1", "checkpoint_interval=1000", "progress=false"]
@@ -240,6 +240,20 @@ def test_train_with_a_preset_writes_the_draw_log_and_a_typo_names_the_key(tmp_pa
     run_module("robotrl.train", *common, "randomization=default")
     lines = (run / "randomization.jsonl").read_text().splitlines()
     assert len(lines) == 4  # two envs, each reset at the start and after its 100-step episode
+    # the run evaluated at one corner: the cube 30% heavier, commands 20 ms late
+    corner = [
+        "randomization=fixed",
+        "randomization.terms.object_mass.low=1.3",
+        "randomization.terms.object_mass.high=1.3",
+    ]
+    latency = ["actuation.latency_min=10", "actuation.latency_max=10"]
+    out = tmp_path / "eval"
+    args = [f"run={run}", "episodes=1", "video=false", *corner, *latency, f"hydra.run.dir={out}"]
+    result = run_module("robotrl.eval", *args)
+    assert json.loads(result.stdout.strip().splitlines()[-1])["randomization"] == "fixed"
+    drawn = json.loads((out / "randomization.jsonl").read_text().splitlines()[0])["values"]
+    assert drawn["object_mass"] == {"cube": pytest.approx(0.065)}
+    assert drawn["actuator_gain"]["act1"] == pytest.approx(2000.0)  # the other terms at their nominal values
     bad = "randomization.terms.object_mass.low=-1"
     result = run_module("robotrl.train", *common, "randomization=default", bad, check=False)
     assert result.returncode != 0
