@@ -1,0 +1,138 @@
+"""The sim-to-real transfer suite: panda_pick_cube trained with bench/hil_pick.py's HIL recipe with and without
+physics randomization (`randomization=default`; the same seed, steps, demos and operator), then each policy
+evaluated on the same seeded episodes under changed physics and actuation, as robotrl-eval does it.
+
+    python bench/sim2real_transfer.py [--quick] [--steps N] [--seed 1] [--episodes N] [--save] [OVERRIDE ...]
+
+The corners are every combination of object mass x0.7 / x1.3, friction (the cube's and the robot's) x0.6 / x1.4,
+actuator stiffness x0.7 / x1.3 and command latency +0 / +20 ms (16 corners, each a `randomization=fixed` and
+`actuation.latency_*` setting). Beyond the corners: dry joint friction of 1 N m, 40 ms of latency, observation
+noise (joints 0.005 rad, the cube 5 mm), and the nominal model on Genesis.
+
+Keys: `nominal_success_dr`, `nominal_success_nodr`; `worst_corner_retention_dr` / `_nodr` (the worst corner's
+success over the nominal success); `genesis_transfer_ratio` (the randomized policy on Genesis over on MuJoCo);
+`grid` (every setting's success for both policies); `twin_ratio` and `pixel_camera_shift_success` are null: this
+bench does not measure the twin over DDS or a pixel policy yet. Goals (docs/benchmarks.md): retention >= 0.90
+with randomization and at least 15 points lower without, nominal success within 5 points, Genesis >= 0.95.
+--quick: 2,000 training steps and 2 episodes a setting, the same keys (figures meaningless, the pipeline checked).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit, merge_overrides, parse_args, record_scripted_demos, train_config
+from hil_pick import LEARNER, TASK, hil_overrides, start_run
+
+MASS, FRICTION, GAIN, LATENCY_SUBSTEPS = (0.7, 1.3), (0.6, 1.4), (0.7, 1.3), (0, 10)  # 10 substeps: 20 ms
+
+
+def extra_args(parser) -> None:
+    parser.add_argument("--steps", type=int, default=None, help="env steps of each training run (50,000; quick 2,000)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--episodes", type=int, default=None, help="episodes a setting (20; quick 2)")
+    parser.add_argument("--demos", type=int, default=10)
+
+
+def fixed(**values):
+    """randomization=fixed with the given terms at one value each (scale factors, or N m for joint friction)."""
+    cfg = train_config(["task=panda_pick_cube", "randomization=fixed"]).randomization
+    for key, value in values.items():
+        cfg.terms[key].low = cfg.terms[key].high = value
+    return cfg
+
+
+def settings() -> dict[str, tuple]:
+    """name -> (randomization, command latency in substeps, sensing, backend)."""
+    from robotrl.sim2real.sensing import SensingConfig
+
+    out = {"nominal": (fixed(), 0, SensingConfig(), None)}
+    for mass, friction, gain, latency in itertools.product(MASS, FRICTION, GAIN, LATENCY_SUBSTEPS):
+        name = f"corner_m{mass}_f{friction}_g{gain}_l{latency * 2}ms"
+        corner = fixed(object_mass=mass, object_friction=friction, robot_friction=friction, actuator_gain=gain)
+        out[name] = (corner, latency, SensingConfig(), None)
+    out["joint_friction_1nm"] = (fixed(joint_frictionloss=1.0), 0, SensingConfig(), None)
+    out["latency_40ms"] = (fixed(), 20, SensingConfig(), None)
+    noise = SensingConfig(joint_pos_noise=0.005, object_pos_noise=0.005)
+    out["observation_noise"] = (fixed(), 0, noise, None)
+    out["genesis"] = (fixed(), 0, SensingConfig(), "genesis")
+    return out
+
+
+def evaluate_run(run_dir: Path, setting, episodes: int, seed: int, out: Path) -> float | None:
+    from robotrl.sim2real.actuation import ActuationConfig
+
+    from robotrl.config import EvalConfig
+    from robotrl.eval import run
+
+    randomization, latency, sensing, backend = setting
+    if backend == "genesis":
+        try:
+            import genesis  # noqa: F401
+        except ImportError:
+            return None
+    cfg = EvalConfig(run=str(run_dir), episodes=episodes, seed=seed, video=False, device="cpu", backend=backend)
+    cfg.randomization, cfg.sensing = randomization, sensing
+    cfg.actuation = ActuationConfig(latency_min=latency, latency_max=latency)
+    out.mkdir(parents=True, exist_ok=True)
+    return run(cfg, out)["success"]
+
+
+def main() -> None:
+    args = parse_args(__doc__, extra_args, overrides=True)
+    steps = args.steps or (2_000 if args.quick else 50_000)
+    episodes = args.episodes or (2 if args.quick else 20)
+    common = [
+        f"seed={args.seed}",
+        f"total_steps={steps}",
+        "learning_starts=1000",
+        f"eval_interval={steps}",
+        "eval_episodes=3",
+        f"checkpoint_interval={steps}",
+        "progress=false",
+        "video=false",
+        "threads=1",
+    ]
+    with tempfile.TemporaryDirectory(prefix="sim2real_transfer_") as tmp:
+        root = Path(tmp)
+        demos = root / "demos"
+        recipe = merge_overrides(TASK, LEARNER, common, hil_overrides([]), args.overrides)
+        recipe += [f"hil.demos=[{demos}]", "hil.operator=scripted"]
+        runs = {"dr": [*recipe, "randomization=default"], "nodr": recipe}
+        for name, overrides in runs.items():
+            train_config(overrides, f"the {name} run")  # a bad override fails before anything runs
+        record_scripted_demos("panda_pick_cube", demos, args.demos, args.seed, reward="sparse")
+        procs = {name: start_run(root / name, overrides, root / f"{name}.log") for name, overrides in runs.items()}
+        for name, proc in procs.items():
+            if proc.wait() != 0:
+                raise RuntimeError(f"the {name} run failed:\n{(root / f'{name}.log').read_text()[-3000:]}")
+        seed = 555_000 + args.seed  # the same episodes for both policies in every setting
+        grid = {
+            name: {
+                policy: evaluate_run(root / policy, setting, episodes, seed, root / "eval" / policy / name)
+                for policy in runs
+            }
+            for name, setting in settings().items()
+        }
+    figures: dict = {"env_steps": steps, "episodes": episodes, "seed": args.seed}
+    for policy in runs:
+        nominal = grid["nominal"][policy]
+        corners = [results[policy] for name, results in grid.items() if name.startswith("corner_")]
+        figures[f"nominal_success_{policy}"] = nominal
+        figures[f"worst_corner_retention_{policy}"] = round(min(corners) / nominal, 4) if nominal else None
+    genesis = grid["genesis"]["dr"]
+    figures["genesis_transfer_ratio"] = (
+        round(genesis / grid["nominal"]["dr"], 4) if genesis is not None and grid["nominal"]["dr"] else None
+    )
+    figures["twin_ratio"] = None
+    figures["pixel_camera_shift_success"] = None
+    figures["grid"] = grid
+    emit("sim2real_transfer", figures, args.save)
+
+
+if __name__ == "__main__":
+    main()
