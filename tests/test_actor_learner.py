@@ -365,7 +365,9 @@ def test_operator_corrections_and_demos_share_one_offline_buffer_that_survives_a
         cfg = actor_config(learner.port, task=PICK, actor_id="arm", num_envs=2, total_steps=300, control_hz=100.0)
         cfg.hil, cfg.log_interval = ActorHILConfig(operator="scripted"), 100  # the expert takes over drifts
         summary = join_actor(*start_actor(cfg, run_dir=tmp_path / "actor")[2:])
-        assert summary["acked_env_steps"] == 300 and summary["interventions"] > 20 and summary["weights_loaded"]
+        # (whether weights reached the actor within its 1.5 s of acting is a race this test does not pace: a full
+        # parallel `make test` lost it twice on 2026-11-28; test_two_actors_stream... checks weights arriving)
+        assert summary["acked_env_steps"] == 300 and summary["interventions"] > 20
         assert summary["random_env_steps"] >= 100  # no pretraining: uniform actions until learning_starts
         actor_metrics = (tmp_path / "actor" / "metrics.csv").read_text()
         assert ",hil/interventions_per_episode," in actor_metrics and ",hil/intervention_rate," in actor_metrics
