@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from robotrl.tasks.backend import VISUAL_PARAMS, SimBackend, check_physics_param, check_physics_values
 from robotrl.tasks.rotations import quat_multiply, quat_to_matrix
+from robotrl.tasks.scene_names import free_bodies, joint_bodies, light_names
 
 INSTALL_HINT = 'the genesis extra: pip install -e ".[genesis]"'
 
@@ -431,23 +432,13 @@ class GenesisBackend(SimBackend):
             setter(values, ids, envs)
 
     def joint_bodies(self, joints):
-        ids = [self._named(mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in joints]
-        return tuple(self.model.body(int(self.model.jnt_bodyid[j])).name for j in ids)
+        return joint_bodies(self.model, joints)
 
     def lights(self):
-        return tuple(
-            name
-            for i in range(self.model.nlight)
-            if (name := mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_LIGHT, i))
-        )
+        return light_names(self.model)
 
     def free_bodies(self):
-        free = int(mujoco.mjtJoint.mjJNT_FREE)
-        return tuple(
-            self.model.body(int(self.model.jnt_bodyid[j])).name
-            for j in range(self.model.njnt)
-            if int(self.model.jnt_type[j]) == free
-        )
+        return free_bodies(self.model)
 
     # -- kinematics ------------------------------------------------------------------------------
     def body_pose(self, body):

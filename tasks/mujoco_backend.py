@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from robotrl.tasks.backend import SimBackend, check_physics_param, check_physics_values
+from robotrl.tasks.scene_names import free_bodies, joint_bodies, light_names
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -324,23 +325,13 @@ class MujocoBackend(SimBackend):
             self.forward(env_ids)  # cameras and lights are placed by kinematics: the next frame sees them moved
 
     def lights(self):
-        return tuple(
-            name
-            for i in range(self.model.nlight)
-            if (name := mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_LIGHT, i))
-        )
+        return light_names(self.model)
 
     def joint_bodies(self, joints):
-        ids = self._ids(mujoco.mjtObj.mjOBJ_JOINT, tuple(joints), "joint")
-        return tuple(self.model.body(int(self.model.jnt_bodyid[j])).name for j in ids)
+        return joint_bodies(self.model, joints)
 
     def free_bodies(self):
-        free = int(mujoco.mjtJoint.mjJNT_FREE)
-        return tuple(
-            self.model.body(int(self.model.jnt_bodyid[j])).name
-            for j in range(self.model.njnt)
-            if int(self.model.jnt_type[j]) == free
-        )
+        return free_bodies(self.model)
 
     # -- kinematics ------------------------------------------------------------------------------
     def site_pose(self, site):
