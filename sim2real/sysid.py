@@ -12,7 +12,9 @@ parameter that shifts the command in time inside the rollout (a custom rollout),
 from __future__ import annotations
 
 import io
+import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -23,11 +25,35 @@ INSTALL_HINT = 'the sysid extra: pip install -e ".[sysid]"'
 
 
 def import_sysid():
+    before = list(logging.root.handlers)
     try:
         from mujoco import sysid
     except ImportError as err:
         raise ImportError(f"system identification needs mujoco.sysid and its imports; install {INSTALL_HINT}") from err
+    # mujoco.sysid imports absl.logging, whose handler holds sys.stderr and closes it when closed: a later Hydra
+    # program in the process reconfigures logging, which closes every handler, and sys.stderr went with it (31
+    # errors in one make test run, "I/O operation on closed file"). Its stream now writes to whatever sys.stderr
+    # is and is never closed.
+    for handler in logging.root.handlers:
+        if handler not in before:
+            logging.root.removeHandler(handler)
+    import absl.logging
+
+    absl.logging.get_absl_handler().python_handler.stream = _CurrentStderr()
     return sysid
+
+
+class _CurrentStderr:
+    """Whatever sys.stderr is when written to."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        pass  # sys.stderr is not absl's to close
 
 
 @dataclass(frozen=True)

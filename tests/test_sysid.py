@@ -90,5 +90,20 @@ def test_a_missing_extra_is_named(monkeypatch):
     from robotrl.sim2real.sysid import import_sysid
 
     monkeypatch.setitem(sys.modules, "mujoco.sysid", None)  # as if its imports were missing
+    monkeypatch.delattr(mujoco, "sysid", raising=False)  # an earlier import leaves it on the package
     with pytest.raises(ImportError, match=r'pip install -e "\.\[sysid\]"'):
         import_sysid()
+
+
+def test_closing_absl_logging_leaves_stderr_open():
+    """A Hydra program reconfiguring logging closes every handler, absl's (which mujoco.sysid imports) among them;
+    before, that closed sys.stderr for the rest of the process."""
+    import sys
+
+    import absl.logging
+    from robotrl.sim2real.sysid import import_sysid
+
+    import_sysid()
+    absl.logging.get_absl_handler().python_handler.close()
+    assert not sys.stderr.closed
+    print("still writable", file=sys.stderr)
