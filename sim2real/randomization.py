@@ -19,7 +19,17 @@ from typing import IO
 import numpy as np
 import torch
 from robotrl.tasks.arm_task import ArmTask
-from robotrl.tasks.backend import PHYSICS_PARAMS, VISUAL_PARAMS, SimBackend
+from robotrl.tasks.backend import (
+    NON_NEGATIVE_PARAMS as NON_NEGATIVE,
+)
+from robotrl.tasks.backend import (
+    PHYSICS_PARAMS,
+    VISUAL_PARAMS,
+    SimBackend,
+)
+from robotrl.tasks.backend import (
+    POSITIVE_PARAMS as POSITIVE,
+)
 
 DISTRIBUTIONS = ("uniform", "log_uniform", "gaussian")
 OPERATIONS = ("scale", "add", "set")
@@ -32,10 +42,6 @@ TARGETS = {
     "camera": ("camera",),  # the cameras the task's pixel observations come from
     "light": ("light",),  # the scene's named lights
 }
-# quantities that cannot be zero or negative, and those that cannot be negative (the backend refuses them too, but
-# a range is checked at start-up, before a draw far into a run hits the edge)
-POSITIVE = frozenset({"body_mass", "friction", "actuator_gain", "camera_fovy"})
-NON_NEGATIVE = frozenset({"joint_damping", "joint_armature", "joint_frictionloss", "light_diffuse", "rgb_tint"})
 NOT_SCALED = frozenset({"body_com", "camera_pos", "camera_tilt", "light_pos"})  # positions and turns: add or set
 
 

@@ -53,8 +53,10 @@ def check_physics_param(param: str, names: Sequence[str]) -> tuple[str, tuple[in
     return kind, shape
 
 
-_POSITIVE = frozenset({"body_mass", "friction", "actuator_gain", "camera_fovy"})
-_NON_NEGATIVE = frozenset({"joint_damping", "joint_armature", "joint_frictionloss", "light_diffuse", "rgb_tint"})
+# quantities that cannot be zero or negative, and those that cannot be negative (randomization checks its ranges
+# against the same sets at start-up)
+POSITIVE_PARAMS = frozenset({"body_mass", "friction", "actuator_gain", "camera_fovy"})
+NON_NEGATIVE_PARAMS = frozenset({"joint_damping", "joint_armature", "joint_frictionloss", "light_diffuse", "rgb_tint"})
 
 
 def check_physics_values(param: str, names: Sequence[str], values: torch.Tensor, count: int) -> torch.Tensor:
@@ -68,11 +70,11 @@ def check_physics_values(param: str, names: Sequence[str], values: torch.Tensor,
         raise ValueError(f"{param}: values must have shape {list(expected)}, got {list(values.shape)}")
     if not torch.isfinite(values).all():
         raise ValueError(f"{param} of {list(names)} must be finite, got {values.tolist()}")
-    if param in _POSITIVE and (values <= 0).any():
+    if param in POSITIVE_PARAMS and (values <= 0).any():
         raise ValueError(f"{param} of {list(names)} must be > 0, got {values.tolist()}")
     if param == "camera_fovy" and (values >= 180).any():
         raise ValueError(f"{param} of {list(names)} must be below 180 degrees, got {values.tolist()}")
-    if param in _NON_NEGATIVE and (values < 0).any():
+    if param in NON_NEGATIVE_PARAMS and (values < 0).any():
         raise ValueError(f"{param} of {list(names)} must be >= 0, got {values.tolist()}")
     return values
 
