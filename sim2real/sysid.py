@@ -12,7 +12,6 @@ parameter that shifts the command in time inside the rollout (a custom rollout),
 from __future__ import annotations
 
 import io
-import logging
 import math
 import sys
 import time
@@ -25,7 +24,6 @@ INSTALL_HINT = 'the sysid extra: pip install -e ".[sysid]"'
 
 
 def import_sysid():
-    before = list(logging.root.handlers)
     try:
         from mujoco import sysid
     except ImportError as err:
@@ -34,9 +32,6 @@ def import_sysid():
     # program in the process reconfigures logging, which closes every handler, and sys.stderr went with it (31
     # errors in one make test run, "I/O operation on closed file"). Its stream now writes to whatever sys.stderr
     # is and is never closed.
-    for handler in logging.root.handlers:
-        if handler not in before:
-            logging.root.removeHandler(handler)
     import absl.logging
 
     absl.logging.get_absl_handler().python_handler.stream = _CurrentStderr()
