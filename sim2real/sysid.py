@@ -11,15 +11,21 @@ parameter that shifts the command in time inside the rollout (a custom rollout),
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import yaml
 
-KINDS = ("armature", "damping", "frictionloss", "kp", "latency")
+from robotrl.core.model_overlay import JOINT_KINDS, LATENCY, ModelOverlay
+
+KINDS = (*JOINT_KINDS, "kp", "latency")
+PRIORS = Path(__file__).resolve().parent.parent / "configs" / "sysid_priors"
 INSTALL_HINT = 'the sysid extra: pip install -e ".[sysid]"'
 
 
@@ -63,7 +69,7 @@ class Unknown:
 
     @property
     def name(self) -> str:
-        return "command_latency" if self.kind == "latency" else f"{self.target}.{self.kind}"
+        return LATENCY if self.kind == "latency" else f"{self.target}.{self.kind}"
 
     def validate(self) -> None:
         if self.kind not in KINDS:
@@ -106,19 +112,23 @@ def with_joint_sensors(spec, joints):
     return spec
 
 
-def multisine(model, joints, actuators, duration: float, seed: int, amplitude: float = 0.35):
-    """An excitation: per joint a sum of four sines (0.3-3 Hz, random phases) around the middle of its range, at most
-    `amplitude` rad and 40% of the half-range away from it, ramped in over 0.5 s from rest. Returns (times [T],
-    commands [T, nu], initial qpos [nq])."""
+def multisine(model, joints, actuators, duration: float, seed: int, amplitude: float = 0.35, centre=None):
+    """An excitation: per joint a sum of four sines (0.3-3 Hz, random phases) around `centre` (one position per
+    joint; default the middle of each range) whose amplitudes add up to at most `amplitude` rad and 40% of the
+    half-range (so it swings at most twice that from the centre, never past the range), ramped in over 0.5 s from
+    rest. Returns (times [T], commands [T, nu], initial qpos [nq])."""
     rng = np.random.default_rng(seed)
     dt = model.opt.timestep
     times = np.arange(round(duration / dt) + 1) * dt
     ramp = np.where(times < 0.5, 0.5 * (1 - np.cos(np.pi * times / 0.5)), 1.0)
     commands = np.zeros((len(times), model.nu))
     q0 = model.qpos0.copy()
-    for joint, actuator in zip(joints, actuators, strict=True):
+    for i, (joint, actuator) in enumerate(zip(joints, actuators, strict=True)):
         low, high = model.joint(joint).range
-        middle, reach = (low + high) / 2, min(amplitude, 0.4 * (high - low) / 2)
+        middle = (low + high) / 2 if centre is None else float(centre[i])
+        if not low <= middle <= high:
+            raise ValueError(f"excitation centre {middle} of {joint} is outside its range [{low}, {high}]")
+        reach = min(amplitude, 0.4 * (high - low) / 2, (middle - low) / 2, (high - middle) / 2)
         frequencies = rng.permutation([0.3, 0.5, 0.8, 1.1, 1.5, 1.9, 2.4, 3.0])[:4]
         weights = 1 / (1 + frequencies)
         amplitudes = reach * weights / weights.sum()
@@ -192,7 +202,7 @@ def _delayed_rollout(
     per = len(control_signal) // len(param_dicts)
     shifted = []
     for i, signal in enumerate(control_signal):
-        delay = param_dicts[i // per]["command_latency"].value[0]
+        delay = param_dicts[i // per][LATENCY].value[0]
         shifted.append(sysid.TimeSeries(signal.times, signal.interpolate(signal.times - delay), signal.signal_mapping))
     return sysid.sysid_rollout(
         models, datas, shifted, initial_states, rollout_signal_mapping, rollout_state_mapping, ctrl_mapping
@@ -250,9 +260,10 @@ def fit(spec, recording: Recording, unknowns: list[Unknown], max_iters: int = 40
         **({"custom_rollout": _delayed_rollout} if latency else {}),
     )
     began = time.perf_counter()
-    fitted, result = sysid.optimize(
-        params, residual, optimizer="mujoco", max_iters=max_iters, x_scale="jac", output=io.StringIO()
-    )
+    with contextlib.redirect_stdout(io.StringIO()):  # its report table goes to stdout whatever `output` says
+        fitted, result = sysid.optimize(
+            params, residual, optimizer="mujoco", max_iters=max_iters, x_scale="jac", output=io.StringIO()
+        )
     residuals, _, _ = residual(result.x, fitted)
     covariance, half = sysid.calculate_intervals(residuals, result.jac)
     seconds = time.perf_counter() - began
@@ -273,4 +284,43 @@ def fit(spec, recording: Recording, unknowns: list[Unknown], max_iters: int = 40
         identifiable=identifiable,
         rms_residual=float(np.sqrt(np.mean(np.concatenate(residuals) ** 2))),
         seconds=seconds,
+    )
+
+
+def load_priors(priors: str | Path) -> tuple[str, list[Unknown]]:
+    """(robot, unknowns) of a priors file: a name in robotrl/configs/sysid_priors/ (panda) or a path to one. Every
+    joint's armature, damping and dry friction, every actuator's stiffness and the command latency it bounds are
+    fitted; a malformed entry is named."""
+    path = Path(priors) if str(priors).endswith((".yaml", ".yml")) else PRIORS / f"{priors}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PRIORS.glob("*.yaml"))
+        raise FileNotFoundError(f"sysid priors {str(priors)!r}: no file {path}; known: {', '.join(known)}")
+    document = yaml.safe_load(path.read_text()) or {}
+    unknowns = []
+    try:
+        for group, kinds in (("joints", JOINT_KINDS), ("actuators", ("kp",))):
+            for target, bounds in (document.get(group) or {}).items():
+                extra = sorted(set(bounds) - set(kinds))
+                if extra:
+                    raise ValueError(f"{group}.{target}: unknown kinds {extra}; known: {', '.join(kinds)}")
+                unknowns += [Unknown(kind, target, *map(float, bounds[kind])) for kind in kinds if kind in bounds]
+        if LATENCY in document:
+            unknowns.append(Unknown("latency", "", *map(float, document[LATENCY])))
+        for unknown in unknowns:
+            unknown.validate()
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"sysid priors {path}: {error}") from None
+    if not unknowns:
+        raise ValueError(f"sysid priors {path} bound no parameter")
+    return str(document.get("robot", "")), unknowns
+
+
+def overlay_of(fit_result: Fit, robot: str) -> ModelOverlay:
+    """The overlay a fit writes: the identified values; the others listed, left at nominal."""
+    identified = {name: value for name, value in fit_result.values.items() if fit_result.identifiable[name]}
+    return ModelOverlay(
+        robot=robot,
+        parameters=identified,
+        half_width_95=dict(fit_result.half_width),
+        not_identified=[name for name, ok in fit_result.identifiable.items() if not ok],
     )
