@@ -60,6 +60,7 @@ from robotrl.hardware.twin_models import MAX_LATENCY_S, CommandDelay, StateNoise
 
 from robotrl.cli_errors import reports_errors
 from robotrl.config import strict_object
+from robotrl.core.model_overlay import ModelOverlay, load_overlay
 from robotrl.core.robot_spec import RobotSpec, load_robot_spec
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,16 @@ class SimTwinConfig:
     # the robot's own e-stop button, released: std_msgs/Bool false, latched, as a lab's e-stop node publishes it
     # (a robot env refuses to start without a live e-stop publisher); press it from another publisher; "": none
     estop_topic: str = "/estop"
+    # The joint dynamics robotrl-sysid identified on the robot (robotrl/core/model_overlay.py), written into the
+    # model: the twin then behaves as that robot, not as the nominal model; None: the model as it is
+    overlay: str | None = None
     # Actuator and sensor models (hardware/twin_models.py), so a rehearsal meets what training modelled
-    # (docs/sim2real.md): a command takes effect latency_ms after the twin received it (in whole physics steps);
+    # (docs/sim2real.md): a command takes effect latency_ms after the twin received it (in whole physics steps;
+    # None: the overlay's identified command latency, 0 without an overlay);
     # published joint states carry a per-joint offset drawn at start-up (an encoder's calibration, std
     # joint_pos_bias), per-message noise (std joint_pos_noise rad, joint_vel_noise rad/s) and are lost with
     # probability state_drop_prob; published object positions carry noise (std object_pos_noise m)
-    latency_ms: float = 0.0
+    latency_ms: float | None = None
     joint_pos_bias: float = 0.0
     joint_pos_noise: float = 0.0
     joint_vel_noise: float = 0.0
@@ -149,7 +154,9 @@ class SimTwinConfig:
             )
         if self.report_interval < 0:
             raise ValueError(f"report_interval must be >= 0, got {self.report_interval!r}")
-        if not (math.isfinite(self.latency_ms) and 0 <= self.latency_ms <= MAX_LATENCY_S * 1000):
+        if self.latency_ms is not None and not (
+            math.isfinite(self.latency_ms) and 0 <= self.latency_ms <= MAX_LATENCY_S * 1000
+        ):
             raise ValueError(
                 f"latency_ms must be within [0, {MAX_LATENCY_S * 1000:g}] (the twin's command buffer), got "
                 f"{self.latency_ms!r}"
@@ -163,17 +170,24 @@ class SimTwinConfig:
         check_priority("realtime_priority", self.realtime_priority)
 
 
-def load_twin_model(cfg: SimTwinConfig) -> mujoco.MjModel:
+def load_twin_model(cfg: SimTwinConfig, overlay: ModelOverlay | None = None) -> mujoco.MjModel:
+    """The twin's model: `cfg.model`, or the robot's MJCF in the shared scene; `overlay`'s joint dynamics written
+    into it."""
     if cfg.model is not None:
         path = Path(cfg.model)
         if not path.exists():
             raise FileNotFoundError(f"model {cfg.model!r} does not exist")
-        return mujoco.MjModel.from_xml_path(str(path))
-    robot_xml = ASSETS / f"{cfg.robot}.xml"
-    if not robot_xml.exists():
-        raise FileNotFoundError(f"robot {cfg.robot!r} has no model {robot_xml}; give one with model=<file.xml>")
-    xml = _SCENE.format(robot=cfg.robot, robot_xml=robot_xml, scene_xml=ASSETS / "scene.xml")
-    return mujoco.MjModel.from_xml_string(xml)
+        spec = mujoco.MjSpec.from_file(str(path))
+    else:
+        robot_xml = ASSETS / f"{cfg.robot}.xml"
+        if not robot_xml.exists():
+            raise FileNotFoundError(f"robot {cfg.robot!r} has no model {robot_xml}; give one with model=<file.xml>")
+        spec = mujoco.MjSpec.from_string(
+            _SCENE.format(robot=cfg.robot, robot_xml=robot_xml, scene_xml=ASSETS / "scene.xml")
+        )
+    if overlay is not None:
+        overlay.apply_to_spec(spec)
+    return spec.compile()
 
 
 class _Rejected(ValueError):
@@ -230,7 +244,10 @@ class SimTwin:
         self.cfg = cfg = cfg or SimTwinConfig()
         cfg.validate()
         self.spec: RobotSpec = load_robot_spec(cfg.robot)
-        self.model = load_twin_model(cfg)
+        self.overlay = load_overlay(cfg.overlay) if cfg.overlay else None
+        if self.overlay is not None and self.overlay.robot not in ("", cfg.robot):
+            raise ValueError(f"overlay {cfg.overlay!r} identified a {self.overlay.robot}; the twin is a {cfg.robot}")
+        self.model = load_twin_model(cfg, self.overlay)
         self.data = mujoco.MjData(self.model)
         self.period = 1.0 / cfg.rate_hz
         timestep = float(self.model.opt.timestep)
@@ -273,7 +290,10 @@ class SimTwin:
         if self.has_gripper:
             self.data.ctrl[self._gripper_actuator] = self._gripper_target
         self._command_lock = threading.Lock()
-        self.latency_steps = round(cfg.latency_ms / 1000 / timestep)
+        latency = cfg.latency_ms / 1000 if cfg.latency_ms is not None else 0.0
+        if cfg.latency_ms is None and self.overlay is not None:
+            latency = self.overlay.command_latency
+        self.latency_steps = round(latency / timestep)
         self._commands = CommandDelay(self.latency_steps, self.data.ctrl)
         self._sensors = StateNoise(
             len(self.state_names),

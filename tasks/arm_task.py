@@ -24,6 +24,7 @@ from robotrl.tasks.rotations import quat_to_matrix
 
 from robotrl.core.deploy_spec import DeploySpec, ObsEntry
 from robotrl.core.env import Obs, StepResult, check_action
+from robotrl.core.model_overlay import load_overlay
 from robotrl.core.robot_spec import RobotSpec, load_robot_spec
 from robotrl.core.spec import TensorSpec
 
@@ -99,6 +100,15 @@ class ArmTask(ABC):
         self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs, cfg.sim_threads, cfg.obs != "state")
         self.device = self.backend.device  # where the state lives, and so the task's per-step math
         self.robot = self.robot.to(self.device)
+        # the identified robot, written over the nominal model (its latency is the actuator model's to apply)
+        self.model_overlay = load_overlay(cfg.model_overlay) if cfg.model_overlay else None
+        if self.model_overlay is not None:
+            if self.model_overlay.robot not in ("", self.robot_name):
+                raise ValueError(
+                    f"task.model_overlay={cfg.model_overlay!r} identified a {self.model_overlay.robot}; "
+                    f"{cfg.name} runs a {self.robot_name}"
+                )
+            self.model_overlay.apply_to_backend(self.backend)
         self.controller = ArmController(
             cfg.control or self.default_control,
             self.robot,

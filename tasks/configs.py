@@ -42,6 +42,9 @@ class ArmTaskConfig:
     render_width: int = 256  # videos
     render_height: int = 256
     camera: str = "front"  # video camera
+    # Joint dynamics and command latency identified on a robot (robotrl-sysid's overlay.yaml, docs/sim2real.md),
+    # written into every env: the model a policy trains on, and randomization's ranges, then centre on that robot
+    model_overlay: str | None = None
 
 
 @dataclass

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,11 +92,17 @@ def make_training_env(cfg: TrainConfig, num_envs: int, render: bool = False, tas
     return FrameStack(env, frame_stack) if frame_stack > 1 and pixel_keys(env.obs_spec) else env
 
 
-def _task_vec_env(env, what: str) -> TaskVecEnv:
-    """The built-in simulated task's env under any wrappers (each keeps the env it wraps in `.env`)."""
+def _simulated_task_env(env) -> TaskVecEnv | None:
+    """The built-in simulated task's env under any wrappers (each keeps the env it wraps in `.env`), or None."""
     sim = env
     while sim is not None and not isinstance(sim, TaskVecEnv):
         sim = sim.__dict__.get("env")
+    return sim
+
+
+def _task_vec_env(env, what: str) -> TaskVecEnv:
+    """The built-in simulated task's env under any wrappers; refused, naming `what`, where there is none."""
+    sim = _simulated_task_env(env)
     if sim is None:
         raise ValueError(
             f"{what}: {env.name!r} is not a built-in simulated task, whose physics robotrl owns; a gymnasium env or "
@@ -118,8 +125,14 @@ def add_randomization(env, cfg: RandomizationConfig, seed: int, log: Path | None
 
 def add_actuation(env, cfg: ActuationConfig, seed: int) -> DelayedActuation | None:
     """Put an actuator model (command latency, a low-pass filter) between `env`'s simulated task and its
-    actuators; None where `cfg` changes nothing."""
+    actuators; None where `cfg` changes nothing. A task with a model overlay (`task.model_overlay`) adds the
+    identified command latency to `cfg`'s range, so the latency drawn centres on the robot's."""
     cfg.validate()
+    sim = _simulated_task_env(env)
+    overlay = sim.task.model_overlay if sim is not None else None
+    if overlay is not None and overlay.command_latency > 0:
+        shift = round(overlay.command_latency / sim.task.backend.physics_dt)
+        cfg = dataclasses.replace(cfg, latency_min=cfg.latency_min + shift, latency_max=cfg.latency_max + shift)
     if not cfg.enabled:
         return None
     sim = _task_vec_env(env, "actuation")

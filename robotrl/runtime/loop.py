@@ -38,6 +38,7 @@ from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
 from robotrl.runtime.smoothness import ActionSmoothness
 from robotrl.runtime.tracking import check_tracker, open_tracker
+from robotrl.sim2real.actuation import ActuationConfig
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
         nonlocal eval_env
         if eval_env is None:
             eval_env = make_training_env(cfg, num_envs=1, render=cfg.video)
+            add_actuation(eval_env, ActuationConfig(), cfg.seed)  # a model overlay's identified latency only
         video_path = run_dir / "videos" / f"eval_step_{step:09d}.mp4" if video and cfg.video else None
         result = evaluate(agent, eval_env, cfg.eval_episodes, seed=cfg.seed + 10_000 + step, video_path=video_path)
         result["wall_s"] = time.perf_counter() - start_time  # since this process started training
