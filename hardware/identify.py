@@ -70,8 +70,6 @@ class SysidConfig:
             raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
         if (Path(self.out) / "overlay.yaml").exists():
             raise FileExistsError(f"out={self.out!r} holds an overlay already; give a new directory")
-        if self.bag is not None and not Path(self.bag).exists():
-            raise FileNotFoundError(f"bag={self.bag!r} does not exist")
 
 
 def robot_model_file(hw: RobotEnvConfig) -> Path:
@@ -89,6 +87,8 @@ def tracking_error(spec: mujoco.MjSpec, recording: Recording, latency: float, si
 
 def run(cfg: SysidConfig) -> dict[str, Any]:
     cfg.validate()
+    if cfg.bag is not None and not Path(cfg.bag).exists():
+        raise FileNotFoundError(f"bag={cfg.bag!r} does not exist")
     robot, unknowns = load_priors(cfg.priors)
     if robot and robot != cfg.hardware.robot:
         raise ValueError(f"priors={cfg.priors!r} bound a {robot}; the hardware is a {cfg.hardware.robot}")

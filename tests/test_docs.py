@@ -294,6 +294,11 @@ PROGRAMS = {
         _strict(_schema("robotrl.hardware.deploy", "DeployConfig")),
     ),
     "robotrl-export": ("robotrl.export", "export", _strict(_schema("robotrl.config", "ExportConfig"))),
+    "robotrl-sysid": (
+        "robotrl.hardware.identify",
+        "sysid",
+        _strict(_schema("robotrl.hardware.identify", "SysidConfig")),
+    ),
 }
 
 
