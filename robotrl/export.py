@@ -1,9 +1,10 @@
-"""`robotrl-export run=<run dir> format=onnx [out=<dir>] [checkpoint=<name>]`: a run's policy as a bundle.
+"""`robotrl-export run=<run dir> format=onnx|pt2 [out=<dir>] [checkpoint=<name>]`: a run's policy as a bundle.
 
-Writes a directory (default `<run>/bundles/<checkpoint>_onnx`) holding `policy.onnx` (raw observation entries to
-the action in the task's bounds), the run's `deploy_spec.json` and `bundle.json` (hashes, inputs, output, source):
-robotrl/core/policy_bundle.py describes it and loads it on a robot PC with onnxruntime alone. The export checks
-the graph against the torch policy before the bundle appears. Prints the manifest as one JSON line.
+Writes a directory (default `<run>/bundles/<checkpoint>_<format>`) holding `policy.onnx` (raw observation entries
+to the action in the task's bounds; `policy.pt2` with format=pt2, the same as a torch.export program), the run's
+`deploy_spec.json` and `bundle.json` (hashes, inputs, output, source): robotrl/core/policy_bundle.py describes it
+and loads it on a robot PC with onnxruntime alone (torch for pt2). The export checks the graph against the torch
+policy before the bundle appears. Prints the manifest as one JSON line.
 
 Bad input (a `run=` that is no run directory, an unknown format, an agent that cannot be exported, an `out=` that
 exists, a checkpoint that is not there) is refused naming the value, before anything is written.

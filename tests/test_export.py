@@ -96,12 +96,14 @@ def recorded_observations(run_dir, steps: int, num_envs: int = 8):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, steps", [("state", 40), ("pixels", 25)])
-def test_the_bundle_acts_as_torch_does_on_recorded_observations(runs, tmp_path, kind, steps):
+@pytest.mark.parametrize("fmt", ["onnx", "pt2"])
+def test_the_bundle_acts_as_torch_does_on_recorded_observations(runs, tmp_path, kind, steps, fmt):
     out = tmp_path / "bundle"
-    proc = run_module("robotrl.export", f"run={runs[kind]}", "format=onnx", f"out={out}")
+    proc = run_module("robotrl.export", f"run={runs[kind]}", f"format={fmt}", f"out={out}")
     printed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert printed["bundle"] == str(out) and printed["parity"]["max_abs_action_diff"] <= TOL
     bundle = load_bundle(out)
+    assert bundle.manifest.format == fmt and (out / f"policy.{fmt}").is_file()
     spec = bundle.spec
     names = {entry.name for entry in bundle.manifest.inputs}
     assert names == set(spec.observations)
@@ -186,11 +188,31 @@ def test_a_bundle_whose_hash_does_not_match_is_refused(state_bundle, tmp_path):
             load_bundle(copy)
 
 
+def test_a_pt2_program_is_checked_as_an_onnx_graph_is(runs, tmp_path):
+    """The hash before anything loads, the inputs' names against the manifest, the deploy spec inside."""
+    out = tmp_path / "pt2"
+    policy_export.export_bundle(runs["state"], out, "pt2")
+    copy = tmp_path / "tampered"
+    shutil.copytree(out, copy)
+    data = bytearray((copy / "policy.pt2").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / "policy.pt2").write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"policy\.pt2: checksum mismatch"):
+        load_bundle(copy)
+    renamed = tmp_path / "renamed"
+    shutil.copytree(out, renamed)
+    manifest = json.loads((renamed / MANIFEST_FILE).read_text())
+    manifest["inputs"][0]["name"] = "joint_angles"
+    (renamed / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"observation entries .* are not the graph's inputs"):
+        load_bundle(renamed)
+
+
 def test_a_manifest_that_disagrees_or_is_not_whole_is_refused(state_bundle, tmp_path):
     manifest = json.loads((state_bundle / MANIFEST_FILE).read_text())
     cases = {
         "format_version": (lambda m: m.update(format_version=99), r"format_version 99 is newer"),
-        "format": (lambda m: m.update(format="tflite"), r"format must be one of onnx, got 'tflite'"),
+        "format": (lambda m: m.update(format="tflite"), r"format must be one of onnx, pt2, got 'tflite'"),
         "inputs": (lambda m: m["inputs"].pop(), r"observation entries .* are not the graph's inputs"),
         "shape": (lambda m: m["inputs"][0].update(shape=["batch", 99]), r"observations\.arm_qpos is float32 \[7\]"),
         "sha": (lambda m: m["sha256"].pop("policy.onnx"), r"sha256\.policy\.onnx must be a sha256"),

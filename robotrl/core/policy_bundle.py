@@ -4,18 +4,22 @@ robotrl-export (robotrl/export.py, the graph built by robotrl/runtime/policy_exp
 
     policy.onnx        one graph from the raw observation entries (one named input per entry, batch first, camera
                        entries uint8 as the robot's stacked frames) to the action in the task's bounds
+      or policy.pt2    the same graph as a torch.export program (`format=pt2`), for a robot PC that runs torch
+                       (or compiles the program ahead of time); its inputs positional, in the manifest's order
     deploy_spec.json   the run's deploy spec (robotrl/core/deploy_spec.py): what the robot feeds each input from
     bundle.json        the manifest: format version, sha256 of the two files above, the source run and checkpoint,
                        each input's name, shape and dtype, the output and its bounds, the export's own parity check
 
 The graph also carries the deploy spec and the format version in its own metadata (`SPEC_METADATA`,
-`VERSION_METADATA`), so a policy.onnx copied alone still says what it expects.
+`VERSION_METADATA`; a pt2 program's extra files, with its inputs' names, `INPUTS_METADATA`), so a graph copied
+alone still says what it expects.
 
 `load_bundle` reads it back and refuses, naming the file and the entry, a manifest that is not whole and valid, a
 bundle from a newer robotrl, a file whose sha256 is not the manifest's, a deploy spec whose observations or action
 do not match the inputs and output, and a graph whose inputs or embedded deploy spec differ from the manifest's
 and deploy_spec.json, before the bundle can act: what runs is exactly the bytes that were hashed. onnxruntime
-(extra `export`) is imported only then.
+(extra `export`) is imported only then, torch only for a pt2 program (torch.export.load reads its weights with
+torch's weights-only loader, after the hash check).
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from robotrl.core.deploy_spec import DeploySpec, DeploySpecError
 FORMAT_VERSION = 1
 MANIFEST_FILE = "bundle.json"
 ONNX_FILE = "policy.onnx"
-FORMATS = {"onnx": ONNX_FILE}  # format -> the graph's file
+PT2_FILE = "policy.pt2"
+FORMATS = {"onnx": ONNX_FILE, "pt2": PT2_FILE}  # format -> the graph's file
 DTYPES = ("float32", "uint8")
 BATCH = "batch"  # the name of every input's and the output's dynamic first dimension
 INSTALL_HINT = "pip install 'robotrl[export]'"
@@ -44,6 +49,7 @@ INSTALL_HINT = "pip install 'robotrl[export]'"
 # bundle format version, so a policy.onnx copied alone still says what it expects
 SPEC_METADATA = "robotrl.deploy_spec"
 VERSION_METADATA = "robotrl.bundle_format_version"
+INPUTS_METADATA = "robotrl.inputs"  # a pt2 program's positional inputs, named (JSON list): ONNX names its own
 
 
 class BundleError(ValueError):
@@ -77,7 +83,7 @@ class BundleManifest:
     action_high: tuple[float, ...]
     sha256: dict[str, str]  # file name -> its sha256: the graph's and the deploy spec's
     parity: dict[str, Any]  # what the export measured: max |onnxruntime - torch| over `samples` observations
-    opset: int
+    opset: int  # the ONNX opset; 0 for a pt2 program
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -175,8 +181,8 @@ def check_against_spec(manifest: BundleManifest, spec: DeploySpec) -> None:
 class PolicyBundle:
     """A loaded, verified bundle: `act(obs)` runs the graph (onnxruntime, CPU) on a batch of raw observations."""
 
-    def __init__(self, path: Path, manifest: BundleManifest, spec: DeploySpec, session: Any):
-        self.path, self.manifest, self.spec, self.session = path, manifest, spec, session
+    def __init__(self, path: Path, manifest: BundleManifest, spec: DeploySpec, graph: _Graph):
+        self.path, self.manifest, self.spec, self.graph = path, manifest, spec, graph
         self.inputs = {entry.name: entry for entry in manifest.inputs}
 
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
@@ -201,7 +207,7 @@ class PolicyBundle:
             feed[name] = np.ascontiguousarray(value)
         if batch == 0:
             raise ValueError("an empty batch of observations")
-        return self.session.run([self.manifest.output], feed)[0]
+        return self.graph.run(feed)
 
 
 def read_manifest(path: str | Path) -> BundleManifest:
@@ -235,9 +241,9 @@ def _verified_bytes(bundle: Path, name: str, expected: str) -> bytes:
 
 
 def load_bundle(path: str | Path, threads: int = 1) -> PolicyBundle:
-    """The verified bundle in directory `path`, its graph in an onnxruntime session on `threads` CPU threads.
-    Everything is checked before the session is made (see the module docstring); ImportError naming the extra
-    where onnxruntime is not installed."""
+    """The verified bundle in directory `path`: an ONNX graph in an onnxruntime session on `threads` CPU threads,
+    or a pt2 program in torch. Files, manifest and spec are checked before the graph is loaded (see the module
+    docstring); ImportError naming the extra where onnxruntime is not installed."""
     bundle = Path(path)
     manifest = read_manifest(bundle)
     graph = _verified_bytes(bundle, FORMATS[manifest.format], manifest.sha256[FORMATS[manifest.format]])
@@ -247,50 +253,106 @@ def load_bundle(path: str | Path, threads: int = 1) -> PolicyBundle:
     except (UnicodeDecodeError, json.JSONDecodeError, DeploySpecError) as error:
         raise BundleError(f"{bundle / SPEC_FILE}: {error}") from None
     check_against_spec(manifest, spec)
-    session = _onnx_session(graph, threads)
-    _check_session(bundle, manifest, session)
-    _check_metadata(bundle, manifest, session, spec_bytes)
-    return PolicyBundle(bundle, manifest, spec, session)
+    runner = _OnnxGraph(graph, threads, manifest.output) if manifest.format == "onnx" else _Pt2Graph(graph)
+    _check_graph(bundle, manifest, runner)
+    _check_metadata(bundle, manifest, runner, spec_bytes)
+    return PolicyBundle(bundle, manifest, spec, runner)
 
 
-def _onnx_session(graph: bytes, threads: int) -> Any:
-    try:
-        import onnxruntime  # the export extra: only a program that runs a bundle needs it
-    except ImportError as error:
-        raise ImportError(f"running a policy bundle needs onnxruntime: {INSTALL_HINT} ({error})") from None
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+class _Graph:
+    """What a bundle reads of its graph, whichever format: inputs as (name, dtype, shape after the batch),
+    outputs' names, metadata, and a run on a feed of numpy arrays."""
+
+    inputs: list[tuple[str, str, list]]
+    outputs: list[str]
+    metadata: dict[str, str]
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
 
 
-_ONNX_TYPES = {"float32": "tensor(float)", "uint8": "tensor(uint8)"}
+class _OnnxGraph(_Graph):
+    """An ONNX graph in an onnxruntime session on `threads` CPU threads."""
+
+    TYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8"}
+
+    def __init__(self, graph: bytes, threads: int, output: str):
+        try:
+            import onnxruntime  # the export extra: only a program that runs a bundle needs it
+        except ImportError as error:
+            raise ImportError(f"running a policy bundle needs onnxruntime: {INSTALL_HINT} ({error})") from None
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        self.inputs = [(n.name, self.TYPES.get(n.type, n.type), list(n.shape[1:])) for n in self.session.get_inputs()]
+        self.outputs = [node.name for node in self.session.get_outputs()]
+        self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
+        self._output = output
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        return self.session.run([self._output], feed)[0]
 
 
-def _check_session(bundle: Path, manifest: BundleManifest, session: Any) -> None:
+class _Pt2Graph(_Graph):
+    """A torch.export program, run by torch on the CPU (the process's torch threads); its positional inputs are
+    named by its INPUTS_METADATA."""
+
+    def __init__(self, graph: bytes):
+        import io
+
+        import torch  # only a pt2 bundle needs torch on the robot PC
+
+        extra = {SPEC_METADATA: "", VERSION_METADATA: "", INPUTS_METADATA: ""}
+        program = torch.export.load(io.BytesIO(graph), extra_files=extra)
+        self.metadata = {key: value for key, value in extra.items() if value}
+        try:
+            names = json.loads(extra[INPUTS_METADATA] or "null")
+        except json.JSONDecodeError:
+            names = None
+        user = program.graph_signature.user_inputs
+        placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+        if not (isinstance(names, list) and len(names) == len(user)):
+            names = list(user)  # unnamed: the manifest check below names the mismatch
+        self.inputs = []
+        for name, node_name in zip(names, user, strict=True):
+            value = placeholders[node_name].meta["val"]
+            self.inputs.append((name, str(value.dtype).removeprefix("torch."), [int(d) for d in value.shape[1:]]))
+        self.outputs = [str(name) for name in program.graph_signature.user_outputs]
+        self._order = names
+        self._module = program.module()
+        self._torch = torch
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        with self._torch.no_grad():
+            action = self._module(*(self._torch.from_numpy(feed[name]) for name in self._order))
+        return action.numpy()
+
+
+def _check_graph(bundle: Path, manifest: BundleManifest, graph: _Graph) -> None:
     """BundleError where the graph's inputs or output are not the manifest's (names, ranks, fixed sizes, types)."""
     where = bundle / FORMATS[manifest.format]
-    graph_inputs = {node.name: node for node in session.get_inputs()}
+    graph_inputs = {name: (dtype, shape) for name, dtype, shape in graph.inputs}
     if set(graph_inputs) != {entry.name for entry in manifest.inputs}:
         raise BundleError(
             f"{where}: its inputs {sorted(graph_inputs)} are not the manifest's {[e.name for e in manifest.inputs]}"
         )
     for entry in manifest.inputs:
-        node = graph_inputs[entry.name]
-        if node.type != _ONNX_TYPES[entry.dtype] or list(node.shape[1:]) != list(entry.shape):
+        dtype, shape = graph_inputs[entry.name]
+        if dtype != entry.dtype or shape != list(entry.shape):
             raise BundleError(
-                f"{where}: input {entry.name!r} is {node.type} {node.shape}, the manifest says {entry.dtype} "
-                f"{entry.to_json()['shape']}"
+                f"{where}: input {entry.name!r} is {dtype} {shape} after the batch, the manifest says {entry.dtype} "
+                f"{list(entry.shape)}"
             )
-    outputs = [node.name for node in session.get_outputs()]
-    if outputs != [manifest.output]:
-        raise BundleError(f"{where}: its outputs {outputs} are not the manifest's [{manifest.output!r}]")
+    expected = [manifest.output] if manifest.format == "onnx" else graph.outputs[:1]  # a pt2 output is unnamed
+    if len(graph.outputs) != 1 or graph.outputs != expected:
+        raise BundleError(f"{where}: its outputs {graph.outputs} are not the manifest's [{manifest.output!r}]")
 
 
-def _check_metadata(bundle: Path, manifest: BundleManifest, session: Any, spec_bytes: bytes) -> None:
+def _check_metadata(bundle: Path, manifest: BundleManifest, graph: _Graph, spec_bytes: bytes) -> None:
     """BundleError where the deploy spec inside the graph is not deploy_spec.json."""
     where = bundle / FORMATS[manifest.format]
-    embedded = session.get_modelmeta().custom_metadata_map.get(SPEC_METADATA)
+    embedded = graph.metadata.get(SPEC_METADATA)
     if embedded is None:
         raise BundleError(f"{where}: holds no deploy spec ({SPEC_METADATA}); export it again with robotrl-export")
     if embedded.encode("utf-8") != spec_bytes:

@@ -1,13 +1,15 @@
-"""Export a run's policy as a bundle (robotrl/core/policy_bundle.py): one ONNX graph from the raw observation
-entries to the action in the task's bounds, beside the run's deploy spec and a manifest of hashes.
+"""Export a run's policy as a bundle (robotrl/core/policy_bundle.py): one graph (ONNX, or a torch.export program
+with `format=pt2`) from the raw observation entries to the action in the task's bounds, beside the run's deploy
+spec and a manifest of hashes.
 
 The graph is the agent's own deterministic `act` (`DeterministicPolicy`), traced by torch's exporter
-(`torch.onnx.export(..., dynamo=True)`), so it holds whatever that computes: the observation normaliser, the
+(`torch.onnx.export(..., dynamo=True)`; for pt2 `torch.export.export`, which the ONNX exporter also starts from),
+so it holds whatever that computes: the observation normaliser, the
 encoders (camera entries uint8 [B, frame_stack * 3, H, W], the stack an input the caller fills, oldest frame
 first), the mean, tanh, and an affine map from [-1, 1] to the deploy spec's action bounds. It always computes in
 float32: an agent trained with `precision=bf16` acts in bf16 under torch, so its bundle is the more exact of
-the two. Before anything is written the exported graph is run in onnxruntime against the eager policy on drawn
-observations; a difference above `PARITY_TOL` is refused.
+the two. Before anything is written the exported graph is loaded as a robot loads it (onnxruntime, or torch for
+pt2) and run against the eager policy on drawn observations; a difference above `PARITY_TOL` is refused.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from robotrl.core.policy_bundle import (
 )
 from robotrl.core.policy_bundle import (
     FORMATS,
+    INPUTS_METADATA,
     INSTALL_HINT,
     MANIFEST_FILE,
     SPEC_FILE,
@@ -176,6 +179,17 @@ def _onnx_bytes(policy: DeterministicPolicy, example: tuple[torch.Tensor, ...]) 
         return path.read_bytes()
 
 
+def _pt2_bytes(policy: DeterministicPolicy, example: tuple[torch.Tensor, ...], metadata: dict[str, str]) -> bytes:
+    """The torch.export program of `policy`, its first dimension dynamic, saved with `metadata` and its inputs'
+    names as extra files."""
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    with torch.no_grad():
+        program = torch.export.export(policy, example, dynamic_shapes=(tuple({0: batch} for _ in policy.keys),))
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer, extra_files={**metadata, INPUTS_METADATA: json.dumps(policy.keys)})
+    return buffer.getvalue()
+
+
 def _with_metadata(graph: bytes, metadata: dict[str, str]) -> bytes:
     """`graph` with `metadata` in its model's metadata_props (what onnxruntime reports as custom metadata)."""
     import onnx  # the export extra, present wherever torch's exporter ran
@@ -186,9 +200,10 @@ def _with_metadata(graph: bytes, metadata: dict[str, str]) -> bytes:
     return model.SerializeToString()
 
 
-def require_exporter() -> None:
-    """ExportError naming the extra where torch's ONNX exporter or onnxruntime is missing."""
-    for module in ("onnx", "onnxscript", "onnxruntime"):
+def require_exporter(fmt: str = "onnx") -> None:
+    """ExportError naming the extra where torch's ONNX exporter or onnxruntime is missing (a pt2 program needs
+    torch alone)."""
+    for module in ("onnx", "onnxscript", "onnxruntime") if fmt == "onnx" else ():
         try:
             importlib.import_module(module)
         except ImportError as error:
@@ -226,7 +241,7 @@ def export_bundle(
     Returns (the bundle's path, its manifest's JSON)."""
     if fmt not in FORMATS:
         raise ExportError(f"format={fmt!r}: robotrl-export writes {', '.join(FORMATS)}")
-    require_exporter()
+    require_exporter(fmt)
     if out is not None:
         _check_out(Path(out))
         if not Path(out).parent.is_dir():
@@ -238,11 +253,13 @@ def export_bundle(
     policy = DeterministicPolicy(agent, keys, spec.action_low, spec.action_high).eval()
     generator = torch.Generator().manual_seed(0)
     example = draw_observations(spec, 2, generator)
-    # the deploy spec travels inside the graph too: a policy.onnx copied alone still says what it expects
-    graph = _with_metadata(
-        _onnx_bytes(policy, tuple(example[key] for key in keys)),
-        {SPEC_METADATA: spec_bytes.decode("utf-8"), VERSION_METADATA: str(BUNDLE_FORMAT_VERSION)},
-    )
+    # the deploy spec travels inside the graph too: a graph copied alone still says what it expects
+    metadata = {SPEC_METADATA: spec_bytes.decode("utf-8"), VERSION_METADATA: str(BUNDLE_FORMAT_VERSION)}
+    inputs = tuple(example[key] for key in keys)
+    if fmt == "onnx":
+        graph = _with_metadata(_onnx_bytes(policy, inputs), metadata)
+    else:
+        graph = _pt2_bytes(policy, inputs, metadata)
     manifest = BundleManifest(
         format=fmt,
         agent=name,
@@ -257,7 +274,7 @@ def export_bundle(
         action_high=tuple(map(float, spec.action_high)),
         sha256={FORMATS[fmt]: sha256_of_bytes(graph), SPEC_FILE: sha256_of_bytes(spec_bytes)},
         parity={},
-        opset=OPSET,
+        opset=OPSET if fmt == "onnx" else 0,
     )
     made_parent = not out_dir.parent.exists()  # the default out's bundles/: removed again if the export fails
     out_dir.parent.mkdir(parents=True, exist_ok=True)
