@@ -11,10 +11,14 @@ Figures per env and exploration (means over seeds):
       (HalfCheetah-v5); `perf_metric` names the one perf_ratio compares
   eval_action_sq_diff: the same difference for the final deterministic policy (no noise at all): the floor
       that the policy's own step-to-step changes set under any exploration noise
-Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, and perf_ratio = 1 + (gsde's
+  noise_sq_diff: the same difference for the exploration noise itself, the final policy's exploring action
+      minus its deterministic action on the same observation, over NOISE_STEPS env steps of exploring with it:
+      what gSDE changes (HalfCheetah's gait switches fast, so the action's own figure measures the gait)
+Per env: smoothness_ratio = gsde action_sq_diff / gaussian action_sq_diff, noise_smoothness_ratio the same of
+noise_sq_diff, and perf_ratio = 1 + (gsde's
 - gaussian's) / |gaussian's| of that figure (gsde / gaussian when the Gaussian's is positive). panda_reach is
 judged on success, or on return where the Gaussian run has no success at all (short runs).
-Top level: smoothness_ratio is the largest over envs, perf_ratio the smallest.
+Top level: smoothness_ratio and noise_smoothness_ratio are the largest over envs, perf_ratio the smallest.
 Goal: smoothness_ratio <= 0.33 with perf_ratio >= 0.95.
 
     python bench/gsde_smoothness.py [--quick] [--envs panda_reach,HalfCheetah-v5]
@@ -50,6 +54,7 @@ from common import LOCOMOTION, emit, merge_overrides, parse_args, refuse_keys, t
 
 EXPLORATIONS = ("gaussian", "gsde")
 SMOOTHNESS_KEYS = ("action_sq_diff", "action_high_freq_share")
+NOISE_STEPS = 2_000  # env steps of exploring with the final policy, for noise_sq_diff
 QUICK_SIZE = ["agent.actor_hidden=[64,64]", "agent.critic_hidden=[64,64]", "agent.batch_size=64"]
 # What the arms compare and the bench's own options set: an override of one of these keys exits naming it.
 BENCH_KEYS = {
@@ -85,18 +90,56 @@ def run_overrides(env: str, exploration: str, steps: int, seed: int, quick: bool
     )
 
 
-def train_once(overrides: list[str]) -> dict:
+def noise_sq_diff(run_dir: Path, steps: int, seed: int) -> float:
+    """Mean squared step-to-step change of the exploration noise of `run_dir`'s final policy (its exploring action
+    minus its deterministic action on the same observation), over `steps` env steps of exploring, within
+    episodes; gSDE's noise matrices held and resampled on the policy's own clock, as in training."""
+    import torch
+
+    from robotrl.agents import make_agent
+    from robotrl.runtime.assembly import make_training_env
+    from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
+    from robotrl.runtime.run_config import load_run_config
+
+    cfg = load_run_config(run_dir)
+    env = make_training_env(cfg, num_envs=1)
+    try:
+        agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
+        load_checkpoint(latest_checkpoint(run_dir / "checkpoints"), agent, replay=None, restore_rng=False)
+        torch.manual_seed(seed)
+        agent.reset_exploration(1)
+        obs, previous, total, count = env.reset(seed=seed), None, 0.0, 0
+        for _ in range(steps):
+            exploring = agent.act(obs)
+            noise = exploring - agent.act(obs, deterministic=True)
+            if previous is not None:
+                total += float(((noise - previous) ** 2).mean())
+                count += 1
+            result = env.step(exploring)
+            episode_start = result.terminated | result.truncated
+            agent.advance_exploration(episode_start)
+            previous = None if bool(episode_start.any()) else noise
+            obs = result.obs
+    finally:
+        env.close()
+    return total / max(count, 1)
+
+
+def train_once(overrides: list[str], noise_steps: int) -> dict:
     """One SAC run of `overrides` (run_overrides) on one thread (its own process under --jobs); its
-    training-time action smoothness and final evaluation."""
+    training-time action smoothness, its final evaluation and its final policy's exploration-noise smoothness."""
     from robotrl.runtime.metrics import read_metrics
 
+    seed = int(next(o for o in overrides if o.startswith("seed=")).split("=")[1])
     with tempfile.TemporaryDirectory() as tmp:
         summary = train_sac(Path(tmp), *overrides)
         series = read_metrics(Path(tmp) / "metrics.csv")
+        noise = noise_sq_diff(Path(tmp), noise_steps, seed)
     out = {
         "return": summary["eval/return"],
         "success": summary.get("eval/success"),
         "eval_action_sq_diff": summary.get("eval/action_sq_diff"),
+        "noise_sq_diff": noise,
     }
     for key in SMOOTHNESS_KEYS:
         values = [v for _, v in series.get(f"train/{key}", [])]
@@ -122,13 +165,14 @@ def compare(env: str, runs: dict[str, list[dict]], steps: int) -> dict:
     for exploration, results in runs.items():
         figures[exploration] = {
             key: None if _mean(results, key) is None else round(_mean(results, key), 4)
-            for key in ("return", "success", *SMOOTHNESS_KEYS, "eval_action_sq_diff")
+            for key in ("return", "success", *SMOOTHNESS_KEYS, "eval_action_sq_diff", "noise_sq_diff")
         }
     gauss, gsde = figures["gaussian"], figures["gsde"]
     metric = "success" if gauss["success"] else "return"
     figures["perf_metric"] = metric
     figures["perf_ratio"] = round(perf_ratio(gsde[metric], gauss[metric]), 3)
     figures["smoothness_ratio"] = round(gsde["action_sq_diff"] / gauss["action_sq_diff"], 3)
+    figures["noise_smoothness_ratio"] = round(gsde["noise_sq_diff"] / gauss["noise_sq_diff"], 3)
     figures["high_freq_ratio"] = round(gsde["action_high_freq_share"] / gauss["action_high_freq_share"], 3)
     return figures
 
@@ -177,11 +221,13 @@ def main() -> None:
     }
     # spawn: each run starts a fresh interpreter (no torch thread pool or MuJoCo context inherited by fork)
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = {key: pool.submit(train_once, run) for key, run in overrides.items()}
+        noise_steps = 200 if args.quick else NOISE_STEPS
+        runs = {key: pool.submit(train_once, run, noise_steps) for key, run in overrides.items()}
         for env in envs:
             results = {e: [runs[env, e, s].result() for s in range(1, seeds + 1)] for e in EXPLORATIONS}
             figures[env] = compare(env, results, steps[env])
     figures["smoothness_ratio"] = max(figures[env]["smoothness_ratio"] for env in envs)
+    figures["noise_smoothness_ratio"] = max(figures[env]["noise_smoothness_ratio"] for env in envs)
     figures["perf_ratio"] = min(figures[env]["perf_ratio"] for env in envs)
     emit("gsde_smoothness", figures, args.save)
 
