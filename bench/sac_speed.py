@@ -7,7 +7,12 @@ Figures:
       robotrl's `train` over SB3's `learn()`.
   sb3_updates_per_s_retained_alloc: SB3's HalfCheetah-sized update speed with robotrl's allocator setting
       (robotrl/runtime/allocator.py) applied to its process: how much of the ratio is that setting.
-Goals on 2 CPU threads: ratio >= 4, loop_ratio >= 3.
+  gemm_gflops / update_gflops_per_s / gemm_peak_share: the fp32 matrix-multiply rate these cores reach on the
+      update's own shapes (the layers of a batch-256 forward pass, each timed alone; `gemm_gflops`), the rate our
+      HalfCheetah-sized update computes at (`update_flops` per update, counted from the layer shapes, times its
+      updates/s) and its share of the former. Two AVX2 cores peak near 160-220 GFLOP/s at best; an update is
+      about 0.6 GFLOP, so the share says how far the update is from what the cores can do at all.
+Goals on 2 CPU threads: ratio >= 4, loop_ratio >= 3 (restated in the GPU-scale issue as `gemm_peak_share`).
   cuda: HalfCheetah-sized update speed on a GPU, ours and SB3's, when one is at hand (`--cuda-only`: that
       alone). H100, 2026-11-24: ours 166 vs SB3 85 updates/s (ratio 1.96), 2026-11-23: 178 vs 91. About 6 ms an
       update for ~0.6 GFLOP: far below the GPU's arithmetic, both sides are bound by per-op overhead.
@@ -131,6 +136,50 @@ def sb3_loop_steps_per_s(env_id: str, warmup: int, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
+HIDDEN, BATCH, CRITICS = 256, 256, 2  # the update measured: 2x256 MLPs, batch 256, two critics (SACConfig's)
+
+
+def layer_shapes(obs_dim: int, act_dim: int) -> dict[str, list[tuple[int, int]]]:
+    """(in, out) of each linear layer of the actor (mean and log-std heads together) and of one critic."""
+    return {
+        "actor": [(obs_dim, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, 2 * act_dim)],
+        "critic": [(obs_dim + act_dim, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, 1)],
+    }
+
+
+def update_flops(obs_dim: int, act_dim: int) -> float:
+    """Floating-point operations of one SAC update, counted from the matmuls: a forward pass costs 2*B*in*out per
+    layer and a backward pass twice that. Per update the actor runs forward twice (next actions for the target,
+    new actions for its loss) and backward once; each critic forward four times (target, critic loss, the actor's
+    loss) of which twice with a backward pass (its weights, and the actor's loss through its inputs): 4 actor
+    forwards' worth and 6 critic forwards' worth of work."""
+    shapes = layer_shapes(obs_dim, act_dim)
+
+    def forward(layers):
+        return sum(2 * BATCH * n_in * n_out for n_in, n_out in layers)
+
+    return 4 * forward(shapes["actor"]) + 6 * CRITICS * forward(shapes["critic"])
+
+
+def gemm_gflops(obs_dim: int, act_dim: int, repeats: int) -> float:
+    """The fp32 rate (GFLOP/s) of torch's matmul on the update's layer shapes at batch 256, each shape timed alone
+    over `repeats` calls after a warm-up, weighted as a forward pass weights them."""
+    import torch
+
+    flops = seconds = 0.0
+    for layers in layer_shapes(obs_dim, act_dim).values():
+        for n_in, n_out in layers:
+            x, w, bias = torch.randn(BATCH, n_in), torch.randn(n_in, n_out), torch.randn(n_out)
+            for _ in range(max(10, repeats // 10)):
+                torch.addmm(bias, x, w)
+            start = time.perf_counter()
+            for _ in range(repeats):
+                torch.addmm(bias, x, w)
+            seconds += time.perf_counter() - start
+            flops += 2 * BATCH * n_in * n_out * repeats
+    return flops / seconds / 1e9
+
+
 def measure(threads: int, precision: str, updates: int, warmup: int, steps: int) -> dict:
     def run(expr: str) -> float:
         return in_subprocess("sac_speed", expr, threads)
@@ -146,6 +195,16 @@ def measure(threads: int, precision: str, updates: int, warmup: int, steps: int)
             "ratio": round(ours / theirs, 2),
         }
         ratios.append(ours / theirs)
+    if precision == "fp32":  # the update's share of what these cores' matrix multiplies reach
+        obs_dim, act_dim = SIZES["HalfCheetah-v5"]
+        peak = run(f"b.gemm_gflops({obs_dim}, {act_dim}, {max(200, updates)})")
+        rate = update_flops(obs_dim, act_dim) * figures["HalfCheetah-v5"]["robotrl_updates_per_s"] / 1e9
+        figures.update(
+            gemm_gflops=round(peak, 1),
+            update_flops=update_flops(obs_dim, act_dim),
+            update_gflops_per_s=round(rate, 1),
+            gemm_peak_share=round(rate / peak, 3),
+        )
     slowest = min(SIZES, key=lambda e: figures[e]["ratio"])
     figures["robotrl_updates_per_s"] = figures[slowest]["robotrl_updates_per_s"]
     figures["sb3_updates_per_s"] = figures[slowest]["sb3_updates_per_s"]

@@ -1,7 +1,9 @@
 """System identification of an arm's joint dynamics on `mujoco.sysid` (it ships inside mujoco; the `sysid` extra
 adds the one package its import needs): armature, damping, dry friction and position-actuator stiffness per joint,
 and the command latency, fitted to joint positions recorded under a known command, with confidence intervals and
-a verdict on what the data can identify.
+a verdict on what the data can identify. `load_priors` reads the parameters to fit and their bounds
+(configs/sysid_priors/), `overlay_of` turns a fit into the model overlay the tasks and the twin take
+(robotrl/core/model_overlay.py); `robotrl-sysid` (hardware/identify.py) records a robot and runs both.
 
 The residual is the plain position error in radians (`SignalTransform(normalize=False)`): mujoco.sysid's default
 divides each joint's residual by its own norm, and its pooled variance then gave 95% intervals that held the true
