@@ -9,7 +9,7 @@ With no `bag`, the arm goes home through the shield, then every joint follows a 
 `duration` s (`amplitude` bounds it; hardware/sysid_session.py) while joint states and the commands sent are
 recorded to `<out>/excitation` (rosbag2, MCAP). With `bag`, that bag (a robotrl-sysid recording, or a
 `robotrl-deploy record=` session) is read instead. The first `1 - holdout` of the recording is fitted on
-mujoco.sysid (robotrl/sim2real/sysid.py) within the bounds of `priors` (robotrl/configs/sysid_priors/<name>.yaml:
+mujoco.sysid (sim2real/sysid.py) within the bounds of `priors` (configs/sysid_priors/<name>.yaml:
 every joint's armature, damping and dry friction, every position actuator's stiffness, the command latency); the
 held-out rest is simulated open loop from rest by the nominal and the fitted model to compare their tracking
 errors. Written: `<out>/overlay.yaml` (the identified values; those the data cannot show are listed and left at
@@ -34,7 +34,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 from robotrl.hardware.robot_env_config import RobotEnvConfig
 from robotrl.hardware.sysid_session import read_recording, record_excitation, robot_actuators
-from robotrl.sim2real.sysid import Recording, fit, load_priors, overlay_of, simulate
+from robotrl.sim2real.sysid import Recording, check_targets, fit, import_sysid, load_priors, overlay_of, simulate
 
 from robotrl.cli_errors import reports_errors
 from robotrl.config import strict_object
@@ -54,7 +54,7 @@ class SysidConfig:
     duration: float = 30.0  # s of excitation
     amplitude: float = 0.2  # rad per joint, the sines' amplitudes added up (the motion swings up to twice this)
     seed: int = 0  # the excitation's frequencies and phases
-    priors: str = "panda"  # robotrl/configs/sysid_priors/<name>.yaml or a path: the parameters fitted and bounds
+    priors: str = "panda"  # configs/sysid_priors/<name>.yaml or a path: the parameters fitted and bounds
     # the last share of the recording kept out of the fit, on which the fitted model's tracking error is measured
     holdout: float = 0.25
     max_iters: int = 30  # Gauss-Newton iterations at most
@@ -95,8 +95,14 @@ def run(cfg: SysidConfig) -> dict[str, Any]:
     model_file = robot_model_file(cfg.hardware)
     model = mujoco.MjModel.from_xml_path(str(model_file))
     joints = list(load_robot_spec(cfg.hardware.robot).joints)
-    robot_actuators(model, joints)  # every joint driven: refused by name before anything moves
+    # everything the fit needs is checked before anything moves: the extra, every joint driven, every bound
+    # parameter's joint or actuator in the model, a new place for the recording
+    import_sysid()
+    robot_actuators(model, joints)
+    check_targets(model, unknowns)
     out = Path(cfg.out)
+    if cfg.bag is None and (out / "excitation").exists():
+        raise FileExistsError(f"out={cfg.out!r} holds a recording already ({out / 'excitation'}); give a new directory")
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"out": str(out), "model": str(model_file)}
     bag = Path(cfg.bag) if cfg.bag else out / "excitation"

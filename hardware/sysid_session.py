@@ -7,7 +7,8 @@ takes the commands as sent, so whatever the shield changed (a rate limit, a work
 not an error in it. Times: a joint state is placed at its header stamp (the robot's measurement time), a command at
 the time the bag received it (the time it left this machine, give or take the loopback); both are wall-clock
 nanoseconds, so the command latency fitted is everything between a command leaving the host and the servo acting
-on it.
+on it. That needs the robot's clock and this machine's to agree (chrony or PTP, as a ROS 2 lab runs them): a bag
+whose joint states were received, on median, more than MAX_CLOCK_OFFSET_S away from their stamps is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from robotrl.sim2real.sysid import Recording, multisine
 log = logging.getLogger(__name__)
 
 REST_S = 0.5  # recorded at rest before the excitation and after it: the fit starts from a measured rest
+# joint states received further than this from their header stamps (median) mean the robot's clock is not this
+# machine's: their difference would be fitted as command latency
+MAX_CLOCK_OFFSET_S = 0.02
 
 
 def robot_actuators(model: mujoco.MjModel, joints: list[str]) -> list[str]:
@@ -33,7 +37,11 @@ def robot_actuators(model: mujoco.MjModel, joints: list[str]) -> list[str]:
     names = []
     for joint in joints:
         joint_id = model.joint(joint).id
-        match = [a for a in range(model.nu) if model.actuator_trnid[a, 0] == joint_id]
+        match = [
+            a
+            for a in range(model.nu)
+            if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT and model.actuator_trnid[a, 0] == joint_id
+        ]
         if not match:
             raise KeyError(f"joint {joint!r} has no actuator in the model")
         names.append(model.actuator(match[0]).name)
@@ -45,8 +53,9 @@ def record_excitation(
 ) -> dict[str, Any]:
     """Move the robot home through the shield, then run a multi-sine excitation of every arm joint around home
     (`sim2real.sysid.multisine`) for `duration` s at the shield's control rate, recording joint states and the
-    commands sent into `bag`; back home after. Returns what happened: commands sent, shield corrections, periods
-    the control thread missed."""
+    commands sent into `bag`; back home after. Every control period the e-stop publisher is checked (gone: the
+    shield latches) and a latched shield ends the session. Returns what happened: messages recorded, shield
+    corrections, periods the control thread missed."""
     # lazy: the ros extra (Cyclone DDS messages, rosbags' writer)
     from robotrl.hardware.deploy import BagRecorder
     from robotrl.hardware.ros2.msgs import Float64MultiArray, JointState
@@ -66,36 +75,35 @@ def record_excitation(
         }
         recorder = BagRecorder(env.bridge, bag, topics)
         try:
-            period = 1.0 / hw.control_rate_hz
-            _hold(env, home, REST_S, period)
-            start = time.monotonic()
-            tick = 0
-            while (elapsed := time.monotonic() - start) <= times[-1]:
-                if env.link.latched is not None:
-                    raise RuntimeError(f"the shield latched during the excitation: {env.link.latched}")
-                env.link.post(targets[min(int(elapsed / (times[1] - times[0])), len(times) - 1)])
-                tick += 1
-                time.sleep(max(0.0, start + tick * period - time.monotonic()))
-            _hold(env, home, REST_S, period)
+            period, dt = 1.0 / hw.control_rate_hz, float(times[1] - times[0])
+            _follow(env, lambda elapsed: home, REST_S, period)
+            _follow(env, lambda elapsed: targets[min(int(elapsed / dt), len(times) - 1)], float(times[-1]), period)
+            _follow(env, lambda elapsed: home, REST_S, period)
         finally:
             recorder.close()
-        return {
-            "bag": str(bag),
-            "messages": dict(recorder.counts),
-            "shield": {key: int(value) for key, value in env.totals.items()},
-            "missed_periods": int(env.stats["missed_periods"]),
-            "commands_topic": commands_topic,
-        }
     finally:
-        env.close()
+        env.close()  # before reading its counters: the control thread has stopped
+    return {
+        "bag": str(bag),
+        "messages": dict(recorder.counts),
+        "shield": {key: int(value) for key, value in env.totals.items()},
+        "missed_periods": int(env.stats["missed_periods"]),
+        "commands_topic": commands_topic,
+    }
 
 
-def _hold(env: RobotEnv, pose: np.ndarray, seconds: float, period: float) -> None:
-    """Command `pose` every control period for `seconds`: a live command, so the shield never times it out."""
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        env.link.post(pose)
-        time.sleep(period)
+def _follow(env: RobotEnv, target, seconds: float, period: float) -> None:
+    """Post `target(elapsed)` every control period for `seconds`: a live command, so the shield never times it out.
+    Each period the e-stop publisher is checked (gone: the shield latches, as a robot env's step does); a latched
+    shield ends the session."""
+    start, tick = time.monotonic(), 0
+    while (elapsed := time.monotonic() - start) <= seconds:
+        env.link.check_estop_publisher()
+        if env.link.latched is not None:
+            raise RuntimeError(f"the shield latched during the excitation ({env.link.latched}); the arm holds")
+        env.link.post(target(elapsed))
+        tick += 1
+        time.sleep(max(0.0, start + tick * period - time.monotonic()))
 
 
 def read_recording(
@@ -111,7 +119,7 @@ def read_recording(
     if not bag.exists():
         raise FileNotFoundError(f"bag {str(bag)!r} does not exist")
     actuators = robot_actuators(model, joints)
-    state_times, positions, command_times, commands = [], [], [], []
+    state_times, received, positions, command_times, commands = [], [], [], [], []
     gripper_positions: dict[str, float] = {}
     with AnyReader([bag]) as reader:
         present = {c.topic: c.msgtype for c in reader.connections}
@@ -134,17 +142,30 @@ def read_recording(
                 raise ValueError(f"{joint_states_topic}: the joint states lack {missing}")
             header = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
             state_times.append(header if header > 0 else stamp_ns * 1e-9)
+            received.append(stamp_ns * 1e-9)
             positions.append([msg.position[index[joint]] for joint in joints])
             if not gripper_positions:
                 gripper_positions = {name: float(msg.position[i]) for name, i in index.items() if name not in joints}
     if len(commands) < 2 or len(state_times) < 2:
         raise ValueError(f"bag {bag}: {len(commands)} commands and {len(state_times)} joint states; a fit needs both")
     state_times, positions = np.asarray(state_times), np.asarray(positions)
+    offset = float(np.median(np.asarray(received) - state_times))
+    if abs(offset) > MAX_CLOCK_OFFSET_S:
+        raise ValueError(
+            f"bag {bag}: joint states were received {offset * 1e3:.1f} ms (median) from their header stamps: the "
+            "robot's clock and the recording machine's differ, and the difference would be fitted as latency; "
+            "synchronise them (chrony, PTP) and record again"
+        )
     order = np.argsort(state_times, kind="stable")
     state_times, positions = state_times[order], positions[order]
     command_times, commands = np.asarray(command_times), np.asarray(commands)
     dt = float(model.opt.timestep)
-    start, end = max(command_times[0], state_times[0]), state_times[-1]
+    start, end = max(command_times[0], state_times[0]), state_times[-1]  # the last command holds to the end
+    if end - start < 1.0:
+        raise ValueError(
+            f"bag {bag}: its commands ({command_times[0]:.3f}..{command_times[-1]:.3f} s) and joint states "
+            f"({state_times[0]:.3f}..{state_times[-1]:.3f} s) overlap for less than a second"
+        )
     grid = start + np.arange(int((end - start) / dt) + 1) * dt
     held = np.clip(np.searchsorted(command_times, grid, side="right") - 1, 0, len(commands) - 1)
     qpos = np.stack([np.interp(grid, state_times, positions[:, j]) for j in range(len(joints))], axis=1)

@@ -118,11 +118,15 @@ def multisine(model, joints, actuators, duration: float, seed: int, amplitude: f
     """An excitation: per joint a sum of four sines (0.3-3 Hz, random phases) around `centre` (one position per
     joint; default the middle of each range) whose amplitudes add up to at most `amplitude` rad and 40% of the
     half-range (so it swings at most twice that from the centre, never past the range), ramped in over 0.5 s from
-    rest. Returns (times [T], commands [T, nu], initial qpos [nq])."""
+    rest and out over the last 0.5 s back to the centre. Returns (times [T], commands [T, nu], initial qpos [nq])."""
     rng = np.random.default_rng(seed)
     dt = model.opt.timestep
     times = np.arange(round(duration / dt) + 1) * dt
-    ramp = np.where(times < 0.5, 0.5 * (1 - np.cos(np.pi * times / 0.5)), 1.0)
+
+    def ramp_in(t):
+        return np.where(t < 0.5, 0.5 * (1 - np.cos(np.pi * np.clip(t, 0.0, 0.5) / 0.5)), 1.0)
+
+    ramp = np.minimum(ramp_in(times), ramp_in(times[-1] - times))
     commands = np.zeros((len(times), model.nu))
     q0 = model.qpos0.copy()
     for i, (joint, actuator) in enumerate(zip(joints, actuators, strict=True)):
@@ -160,6 +164,18 @@ def simulate(model, times, commands, q0, joints, latency_steps: int = 0, noise: 
     qpos = np.concatenate([q0[columns][None], state[0][:, 1 + columns]])  # at t = 0, then after each step
     qpos = qpos + np.random.default_rng(seed).normal(0.0, noise, qpos.shape) if noise else qpos
     return Recording(times, commands, qpos, tuple(joints), q0)
+
+
+def check_targets(model, unknowns: list[Unknown]) -> None:
+    """ValueError naming an unknown whose joint or actuator `model` lacks."""
+    import mujoco
+
+    for unknown in unknowns:
+        kind = mujoco.mjtObj.mjOBJ_ACTUATOR if unknown.kind == "kp" else mujoco.mjtObj.mjOBJ_JOINT
+        if unknown.target and mujoco.mj_name2id(model, kind, unknown.target) < 0:
+            raise ValueError(
+                f"{unknown.name}: the model has no {'actuator' if unknown.kind == 'kp' else 'joint'} {unknown.target!r}"
+            )
 
 
 def _modifier(unknown: Unknown):
@@ -214,7 +230,6 @@ def _delayed_rollout(
 def fit(spec, recording: Recording, unknowns: list[Unknown], max_iters: int = 40) -> Fit:
     """Fit `unknowns` so that `spec` (an MjSpec of the robot, e.g. tasks/assets/panda.xml; joint sensors are added
     here) reproduces `recording`. Names a joint, an actuator or a kind the model lacks before fitting."""
-    import mujoco
 
     sysid = import_sysid()
     for unknown in unknowns:
@@ -223,12 +238,7 @@ def fit(spec, recording: Recording, unknowns: list[Unknown], max_iters: int = 40
         raise ValueError(f"a parameter is named twice in {[u.name for u in unknowns]}")
     spec = with_joint_sensors(spec, recording.joints)
     model = spec.compile()
-    for unknown in unknowns:
-        kind = mujoco.mjtObj.mjOBJ_ACTUATOR if unknown.kind == "kp" else mujoco.mjtObj.mjOBJ_JOINT
-        if unknown.target and mujoco.mj_name2id(model, kind, unknown.target) < 0:
-            raise ValueError(
-                f"{unknown.name}: the model has no {'actuator' if unknown.kind == 'kp' else 'joint'} {unknown.target!r}"
-            )
+    check_targets(model, unknowns)
     if recording.commands.shape != (len(recording.times), model.nu):
         raise ValueError(
             f"commands must be [T, nu] = [{len(recording.times)}, {model.nu}], got {list(recording.commands.shape)}"
@@ -290,7 +300,7 @@ def fit(spec, recording: Recording, unknowns: list[Unknown], max_iters: int = 40
 
 
 def load_priors(priors: str | Path) -> tuple[str, list[Unknown]]:
-    """(robot, unknowns) of a priors file: a name in robotrl/configs/sysid_priors/ (panda) or a path to one. Every
+    """(robot, unknowns) of a priors file: a name in configs/sysid_priors/ (panda) or a path to one. Every
     joint's armature, damping and dry friction, every actuator's stiffness and the command latency it bounds are
     fitted; a malformed entry is named."""
     path = Path(priors) if str(priors).endswith((".yaml", ".yml")) else PRIORS / f"{priors}.yaml"

@@ -126,7 +126,8 @@ def add_randomization(env, cfg: RandomizationConfig, seed: int, log: Path | None
 def add_actuation(env, cfg: ActuationConfig, seed: int) -> DelayedActuation | None:
     """Put an actuator model (command latency, a low-pass filter) between `env`'s simulated task and its
     actuators; None where `cfg` changes nothing. A task with a model overlay (`task.model_overlay`) adds the
-    identified command latency to `cfg`'s range, so the latency drawn centres on the robot's."""
+    identified command latency to both ends of `cfg`'s range: the robot's latency is the least drawn, and
+    `latency_max` is how much later a command may come than on the identified robot."""
     cfg.validate()
     sim = _simulated_task_env(env)
     overlay = sim.task.model_overlay if sim is not None else None
