@@ -5,9 +5,10 @@
     robotrl-deploy run=runs/reach hardware=panda duration=60 record=/data/session1
     robotrl-deploy policy=runs/reach/bundles/step_000100000_onnx hardware=panda   # an exported bundle
 
-`policy=<bundle>` (robotrl-export's, docs/sim2real.md) runs the bundle's graph in onnxruntime instead of the run's
-checkpoint in torch: its files are checked against the manifest's sha256 and its deploy spec against the graph
-before a robot env exists (robotrl/core/policy_bundle.py), then everything below applies to it unchanged.
+`policy=<bundle>` (robotrl-export's, docs/sim2real.md) runs the bundle's graph (onnxruntime; torch for a pt2
+program) instead of the run's checkpoint: its files are checked against the manifest's sha256 and its deploy spec
+against the graph before a robot env exists (robotrl/core/policy_bundle.py), then everything below applies to it
+unchanged.
 
 The run's deploy spec (its deploy_spec.json, robotrl/core/deploy_spec.py, written when the run started) gives
 the controller settings (control kind, step sizes, relative_frame, gripper, episode length) and every
@@ -75,7 +76,7 @@ NO_POLICY = "give the policy to deploy as run=<run dir> or as policy=<bundle dir
 @dataclass
 class DeployConfig:
     run: str | None = None  # a robotrl-train or robotrl-learner run directory (config.yaml and checkpoints/)
-    policy: str | None = None  # or a policy bundle directory (robotrl-export's), run through onnxruntime
+    policy: str | None = None  # or a policy bundle directory (robotrl-export's): onnxruntime, or torch for pt2
     hardware: RobotEnvConfig = field(default_factory=RobotEnvConfig)
     episodes: int = 1
     duration: float | None = None  # seconds; stops the session (mid-episode) when it passes
@@ -89,7 +90,7 @@ class DeployConfig:
         if (self.run is None) == (self.policy is None):
             raise ValueError(f"{NO_POLICY}: got run={self.run!r}, policy={self.policy!r}")
         if self.policy is not None and self.device != "cpu":
-            raise ValueError(f"device={self.device!r}: a policy bundle runs on onnxruntime's CPU provider (device=cpu)")
+            raise ValueError(f"device={self.device!r}: a policy bundle runs on the CPU (onnxruntime, or torch for pt2)")
         if self.episodes < 1:
             raise ValueError(f"episodes must be >= 1, got {self.episodes}")
         if self.duration is not None and not self.duration > 0:

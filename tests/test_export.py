@@ -1,9 +1,12 @@
 """robotrl-export: a tiny trained SAC (state) and DrQ-v2 (pixels) run exported as bundles whose onnxruntime actions
 equal torch's deterministic actions on recorded observations; bad input refused before anything is written."""
 
+import hashlib
+import io
 import json
 import shutil
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -206,6 +209,50 @@ def test_a_pt2_program_is_checked_as_an_onnx_graph_is(runs, tmp_path):
     (renamed / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match=r"observation entries .* are not the graph's inputs"):
         load_bundle(renamed)
+
+
+def _resaved(bundle, out, **extra):
+    """A copy of pt2 `bundle` at `out` whose program is saved again with `extra` files changed, the manifest's
+    sha256 updated to match: only the graph's own checks can refuse it."""
+    shutil.copytree(bundle, out)
+    names = {"robotrl.deploy_spec": "", "robotrl.bundle_format_version": "", "robotrl.inputs": ""}
+    program = torch.export.load(io.BytesIO((bundle / "policy.pt2").read_bytes()), extra_files=names)
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer, extra_files={**names, **extra})
+    (out / "policy.pt2").write_bytes(buffer.getvalue())
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    manifest["sha256"]["policy.pt2"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest))
+    return out
+
+
+def test_a_pt2_program_whose_inputs_or_spec_differ_or_that_holds_a_pickle_is_refused(runs, tmp_path):
+    out = tmp_path / "pt2"
+    policy_export.export_bundle(runs["state"], out, "pt2")
+    names = [entry.name for entry in load_bundle(out).manifest.inputs]  # arm_qpos [7], arm_qvel [7], ee_pos [3]..
+    wrong_shape = json.dumps([names[0], names[2], names[1], *names[3:]])  # arm_qvel's input named ee_pos
+    with pytest.raises(BundleError, match=r"policy\.pt2: input .* after the batch, the manifest says"):
+        load_bundle(_resaved(out, tmp_path / "shape", **{"robotrl.inputs": wrong_shape}))
+    with pytest.raises(BundleError, match=r"policy\.pt2: its inputs .* are not the manifest's"):
+        load_bundle(_resaved(out, tmp_path / "names", **{"robotrl.inputs": json.dumps(["a", *names[1:]])}))
+    with pytest.raises(BundleError, match=r"the deploy spec inside the graph is not"):
+        load_bundle(_resaved(out, tmp_path / "spec", **{"robotrl.deploy_spec": "{}"}))
+    pickled = tmp_path / "pickled"  # a payload torch would unpickle is refused before torch reads the archive
+    shutil.copytree(out, pickled)
+
+    with zipfile.ZipFile(out / "policy.pt2") as source, zipfile.ZipFile(pickled / "policy.pt2", "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename.endswith("model_weights_config.json"):
+                config = json.loads(data)
+                next(iter(config["config"].values()))["use_pickle"] = True
+                data = json.dumps(config).encode()
+            target.writestr(item, data)
+    manifest = json.loads((pickled / MANIFEST_FILE).read_text())
+    manifest["sha256"]["policy.pt2"] = hashlib.sha256((pickled / "policy.pt2").read_bytes()).hexdigest()
+    (pickled / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"marks \[.*\] as pickled; robotrl loads no pickles"):
+        load_bundle(pickled)
 
 
 def test_a_manifest_that_disagrees_or_is_not_whole_is_refused(state_bundle, tmp_path):

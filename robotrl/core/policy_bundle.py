@@ -18,8 +18,10 @@ alone still says what it expects.
 bundle from a newer robotrl, a file whose sha256 is not the manifest's, a deploy spec whose observations or action
 do not match the inputs and output, and a graph whose inputs or embedded deploy spec differ from the manifest's
 and deploy_spec.json, before the bundle can act: what runs is exactly the bytes that were hashed. onnxruntime
-(extra `export`) is imported only then, torch only for a pt2 program (torch.export.load reads its weights with
-torch's weights-only loader, after the hash check).
+(extra `export`) is imported only then, torch only for a pt2 program. torch.export's loader unpickles whatever a
+program marks as pickled, and falls back to full unpickling where its weights-only loader fails: a pt2 program
+holding any such payload is refused before torch reads it (`_refuse_pickles`). The manifest's hashes check that a
+bundle is whole, not who made it: deploy bundles from a source you trust.
 """
 
 from __future__ import annotations
@@ -179,7 +181,8 @@ def check_against_spec(manifest: BundleManifest, spec: DeploySpec) -> None:
 
 
 class PolicyBundle:
-    """A loaded, verified bundle: `act(obs)` runs the graph (onnxruntime, CPU) on a batch of raw observations."""
+    """A loaded, verified bundle: `act(obs)` runs the graph (onnxruntime on the CPU; a pt2 program in torch) on a
+    batch of raw observations."""
 
     def __init__(self, path: Path, manifest: BundleManifest, spec: DeploySpec, graph: _Graph):
         self.path, self.manifest, self.spec, self.graph = path, manifest, spec, graph
@@ -253,7 +256,8 @@ def load_bundle(path: str | Path, threads: int = 1) -> PolicyBundle:
     except (UnicodeDecodeError, json.JSONDecodeError, DeploySpecError) as error:
         raise BundleError(f"{bundle / SPEC_FILE}: {error}") from None
     check_against_spec(manifest, spec)
-    runner = _OnnxGraph(graph, threads, manifest.output) if manifest.format == "onnx" else _Pt2Graph(graph)
+    where = bundle / FORMATS[manifest.format]
+    runner = _OnnxGraph(graph, threads, manifest.output) if manifest.format == "onnx" else _Pt2Graph(graph, where)
     _check_graph(bundle, manifest, runner)
     _check_metadata(bundle, manifest, runner, spec_bytes)
     return PolicyBundle(bundle, manifest, spec, runner)
@@ -298,13 +302,17 @@ class _Pt2Graph(_Graph):
     """A torch.export program, run by torch on the CPU (the process's torch threads); its positional inputs are
     named by its INPUTS_METADATA."""
 
-    def __init__(self, graph: bytes):
+    def __init__(self, graph: bytes, where: Path):
         import io
 
         import torch  # only a pt2 bundle needs torch on the robot PC
 
+        _refuse_pickles(graph, where)
         extra = {SPEC_METADATA: "", VERSION_METADATA: "", INPUTS_METADATA: ""}
-        program = torch.export.load(io.BytesIO(graph), extra_files=extra)
+        try:
+            program = torch.export.load(io.BytesIO(graph), extra_files=extra)
+        except Exception as error:  # torch's own errors for a file that is not a program it reads
+            raise BundleError(f"{where}: cannot be read as a torch.export program: {error}") from None
         self.metadata = {key: value for key, value in extra.items() if value}
         try:
             names = json.loads(extra[INPUTS_METADATA] or "null")
@@ -327,6 +335,39 @@ class _Pt2Graph(_Graph):
         with self._torch.no_grad():
             action = self._module(*(self._torch.from_numpy(feed[name]) for name in self._order))
         return action.numpy()
+
+
+def _refuse_pickles(graph: bytes, where: Path) -> None:
+    """BundleError where a pt2 archive holds a payload torch would unpickle: a weight or constant marked
+    `use_pickle`, or a serialized tensor file (.pt: sample inputs) that torch's weights-only loader refuses (torch
+    then retries it with full unpickling)."""
+    import io
+    import zipfile
+
+    import torch
+
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(graph))
+    except zipfile.BadZipFile:
+        raise BundleError(f"{where}: not a pt2 archive (a zip file)") from None
+    with archive:
+        for name in archive.namelist():
+            if name.endswith(("_weights_config.json", "_constants_config.json")):
+                try:
+                    config = json.loads(archive.read(name))["config"]
+                    pickled = sorted(key for key, entry in config.items() if entry.get("use_pickle"))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise BundleError(f"{where}: {name} is not a payload config torch.export wrote") from None
+                if pickled:
+                    raise BundleError(f"{where}: {name} marks {pickled} as pickled; robotrl loads no pickles")
+            elif name.endswith(".pt"):
+                try:
+                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                except Exception as error:
+                    raise BundleError(
+                        f"{where}: {name} does not load with torch's weights-only loader ({error}); robotrl loads no "
+                        "pickles"
+                    ) from None
 
 
 def _check_graph(bundle: Path, manifest: BundleManifest, graph: _Graph) -> None:
