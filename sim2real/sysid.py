@@ -307,7 +307,12 @@ def load_priors(priors: str | Path) -> tuple[str, list[Unknown]]:
     if not path.is_file():
         known = sorted(p.stem for p in PRIORS.glob("*.yaml"))
         raise FileNotFoundError(f"sysid priors {str(priors)!r}: no file {path}; known: {', '.join(known)}")
-    document = yaml.safe_load(path.read_text()) or {}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"sysid priors {path}: not YAML: {error}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"sysid priors {path}: expected a mapping with robot, joints, actuators, command_latency")
     unknowns = []
     try:
         for group, kinds in (("joints", JOINT_KINDS), ("actuators", ("kp",))):

@@ -103,6 +103,7 @@ def test_the_panda_priors_bound_every_joint_and_actuator_and_the_latency():
         ({"joint2.damping": -1.0}, "joint2.damping must be >= 0"),
         ({"joint2.armature": float("nan")}, "joint2.armature must be a finite number"),
         ({"command_latency": 3.0}, "command_latency must be at most 1.0 s"),
+        ({"act2.kp": True}, "act2.kp must be a finite number"),
     ],
 )
 def test_a_bad_overlay_is_refused_naming_the_parameter(tmp_path, parameters, message):

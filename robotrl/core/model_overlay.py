@@ -61,7 +61,7 @@ class ModelOverlay:
     def validate(self) -> None:
         for name, value in self.parameters.items():
             kind, _ = split_name(name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)):
                 raise ValueError(f"overlay {name} must be a finite number, got {value!r}")
             if kind == "kp" and value <= 0:
                 raise ValueError(f"overlay {name} (a stiffness) must be > 0, got {value!r}")
@@ -133,7 +133,10 @@ def load_overlay(path: str | Path) -> ModelOverlay:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"model overlay {str(path)!r} does not exist (robotrl-sysid writes one)")
-    document = yaml.safe_load(path.read_text())
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"model overlay {path}: not YAML: {error}") from None
     if not isinstance(document, dict) or not isinstance(document.get("parameters"), dict):
         raise ValueError(f"model overlay {path}: expected a mapping with 'robot' and 'parameters', got {document!r}")
     unknown = sorted(set(document) - {"robot", "parameters", "half_width_95", "not_identified"})
