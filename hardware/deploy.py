@@ -130,6 +130,29 @@ class BagRecorder:
             write = self._writer_for(estop_topic, connection)
             self._subscriptions += subscribe_estop(bridge, estop_topic, lambda received: write(received.msg))
 
+    def sent_writer(self, topic: str, msg_type: type):
+        """A writer of messages this process sends on `topic`, each logged at the send time it is given (ns, wall
+        clock) rather than when a subscription would have received it."""
+        # lazy: the optional extra ros (Cyclone DDS messages, rosbags' writer)
+        from robotrl.hardware.ros2.msgs import ros_type_name
+        from rosbags.typesys import Stores, get_typestore
+
+        with self._lock:
+            connection = self._writer.add_connection(
+                topic, ros_type_name(msg_type), typestore=get_typestore(Stores.ROS2_HUMBLE)
+            )
+            self.counts[topic] = 0
+
+        def write(msg, sent_ns: int) -> None:
+            data = msg.serialize()
+            with self._lock:
+                if self._closed:
+                    return
+                self._writer.write(connection, sent_ns, data)
+                self.counts[topic] += 1
+
+        return write
+
     def _writer_for(self, topic: str, connection):
         def write(msg) -> None:
             data = msg.serialize()

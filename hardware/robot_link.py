@@ -17,6 +17,7 @@ import math
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,9 @@ class RobotLink:
         self.state_period: float | None = None  # measured joint-state interval (s), at the first reset
         self._last_setpoint: np.ndarray | None = None
         self._gripper_sent = (math.nan, -math.inf)  # (value, time) of the last gripper command published
+        # called on the control thread with each arm command message just published and the wall-clock time (ns)
+        # it was sent: a recording of commands at their send time (robotrl-sysid), not when a subscriber got them
+        self.on_command: Callable[[Any, int], None] | None = None
         self._closing = threading.Event()
 
         self._owns_bridge = bridge is None
@@ -233,8 +237,11 @@ class RobotLink:
         # lazy: the message types need cyclonedds (the ros extra); cached after the first period
         from robotrl.hardware.ros2.tensors import float64_multi_array
 
-        self._command_pub.publish(float64_multi_array(setpoint, self.n))
+        message, sent = float64_multi_array(setpoint, self.n), time.time_ns()
+        self._command_pub.publish(message)
         self.stats["commands"] += 1
+        if self.on_command is not None:
+            self.on_command(message, sent)
         if self.gripper_pub is not None and safe.gripper is not None:
             # a new gripper setpoint at once, an unchanged one at 10 Hz (a forward controller holds it)
             value = float(safe.gripper)

@@ -5,7 +5,8 @@ recorded to an MCAP bag, and such a bag (or one `robotrl-deploy record=` wrote) 
 The bag holds the joint states as the robot published them and the commands as the shield sent them; the fit
 takes the commands as sent, so whatever the shield changed (a rate limit, a workspace stop) is part of the record,
 not an error in it. Times: a joint state is placed at its header stamp (the robot's measurement time), a command at
-the time the bag received it (the time it left this machine, give or take the loopback); both are wall-clock
+the time it was sent (robotrl-sysid's own recording logs each command at its send time; a deploy bag at its
+receipt, the loopback later); both are wall-clock
 nanoseconds, so the command latency fitted is everything between a command leaving the host and the servo acting
 on it. That needs the robot's clock and this machine's to agree (chrony or PTP, as a ROS 2 lab runs them): a bag
 whose joint states were received, on median, more than MAX_CLOCK_OFFSET_S away from their stamps is refused.
@@ -69,17 +70,17 @@ def record_excitation(
         targets = commands[:, [model.actuator(name).id for name in actuators]]
         env.reset()
         commands_topic = env.topics["commands"]
-        topics = {
-            hw.joint_states_topic: (JointState, hw.state_qos),
-            commands_topic: (Float64MultiArray, hw.command_qos),
-        }
-        recorder = BagRecorder(env.bridge, bag, topics)
+        recorder = BagRecorder(env.bridge, bag, {hw.joint_states_topic: (JointState, hw.state_qos)})
+        # commands at the time the control thread sent them: a subscription's receipt time comes later by however
+        # long its thread waited, and that wait would be fitted as less command latency than the robot has
+        env.link.on_command = recorder.sent_writer(commands_topic, Float64MultiArray)
         try:
             period, dt = 1.0 / hw.control_rate_hz, float(times[1] - times[0])
             _follow(env, lambda elapsed: home, REST_S, period)
             _follow(env, lambda elapsed: targets[min(int(elapsed / dt), len(times) - 1)], float(times[-1]), period)
             _follow(env, lambda elapsed: home, REST_S, period)
         finally:
+            env.link.on_command = None
             recorder.close()
     finally:
         env.close()  # before reading its counters: the control thread has stopped
