@@ -6,8 +6,8 @@ A `robotrl-sim-twin` process plays a Panda changed from the model (TRUTH: every 
 x2 and 0.5 N m of dry friction, every position actuator's stiffness x0.8, 16 ms of command latency) over DDS on
 loopback, driven through configs/hardware/sim_twin.yaml and its shield. robotrl-sysid's excitation
 (hardware/sysid_session.py) runs for `--duration` s and is recorded; the twin is then stopped and the bag fitted as
-`robotrl-sysid bag=...` fits it (hardware/identify.py): every parameter of `priors=panda`, on the first 75%. The reference is the
-unidentified model, in the same run: both simulate the held-out last 25% open loop.
+`robotrl-sysid bag=...` fits it (hardware/identify.py): every parameter of `priors=panda`, on the first 75%. The
+reference is the unidentified model, in the same run: both simulate the held-out last 25% open loop.
 
 Figures: `gain_rel_err` (the largest relative stiffness error among identified actuators; goal <= 0.05),
 `latency_err_ms` (goal <= 2), `in_ci_share` (of the identified parameters whose 95% interval is narrower than 10% of
