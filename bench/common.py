@@ -186,6 +186,16 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
+def stop_process(process: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM `process` and wait `timeout` s for it (reading what it printed, if piped); then kill it."""
+    process.terminate()
+    try:
+        process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+
+
 def run_logged(cmd: list[str], log: Path) -> None:
     """Run `cmd` from the repository root on one thread (MUJOCO_GL=egl), its output into `log`; a failure
     raises with the log's last lines."""

@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import stop_process
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = "/forward_position_controller/commands"
@@ -168,15 +171,6 @@ def _spawn(role: str, domain_id: int, seconds: float) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _finish(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-
-
 # ---- the twin side (this process) --------------------------------------------------------------------------
 
 
@@ -223,7 +217,7 @@ def twin_phase(rate_hz: int, domain_id: int, seconds: float) -> dict:
         time.sleep(0.05)  # the replies to the last states
         answered = list(latencies)
     finally:
-        _finish(process)
+        stop_process(process, timeout=10)
         twin.close()
     return {
         **_percentiles(answered),
@@ -291,7 +285,7 @@ def raw_phase(rate_hz: int, domain_id: int, seconds: float) -> dict:
         with lock:
             answered = list(latencies)
     finally:
-        _finish(process)
+        stop_process(process, timeout=10)
         entities["close"]()
     return {**_percentiles(answered), "replies_per_state": round(len(answered) / max(sent, 1), 4)}
 

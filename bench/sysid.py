@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, emit, parse_args
+from common import REPO, emit, parse_args, stop_process
 
 LATENCY_S = 0.016
 JOINTS = [f"joint{i}" for i in range(1, 8)]
@@ -125,12 +125,7 @@ def main() -> None:
             bag = tmp / "excitation"
             excitation = record_excitation(cfg.hardware, model, bag, cfg.duration, cfg.amplitude, cfg.seed)
         finally:
-            twin.terminate()
-            try:
-                twin.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                twin.kill()
-                twin.wait()
+            stop_process(twin, timeout=30)
         stats = twin_stats(twin_log)
         began = time.perf_counter()
         summary = run(dataclasses.replace(cfg, bag=str(bag)))
