@@ -55,6 +55,26 @@ def test_round_trip_restores_agent_optimizers_replay_and_rng(tmp_path):
     assert torch.equal(m1["critic_loss"], m2["critic_loss"]) and torch.equal(m1["actor_loss"], m2["actor_loss"])
 
 
+def test_a_resumed_optimizer_keeps_its_own_step_implementation(tmp_path):
+    """A checkpoint of a fused Adam restores into a foreach one as foreach (and a capturable one, as agent.compile
+    builds on a GPU, stays capturable): the saved learning state is loaded, not how the saving run computed it."""
+    agent, buf = SAC(SACConfig(), SPEC, 2), _filled()
+    agent.update(buf.sample(16))
+    assert agent.optimizer.param_groups[0]["fused"]
+    save_checkpoint(tmp_path, 50, agent, buf, {"env_step": 50, "updates": 1})
+
+    other = SAC(SACConfig(), SPEC, 2)
+    groups = [{"params": g["params"], "lr": g["lr"]} for g in other.optimizer.param_groups]
+    other.optimizer = torch.optim.Adam(groups, foreach=True)
+    load_checkpoint(latest_checkpoint(tmp_path), other, ReplayBuffer(SPEC, 2, capacity=100))
+    group = other.optimizer.param_groups[0]
+    assert group["foreach"] and not group["fused"]
+    assert group["lr"] == agent.optimizer.param_groups[0]["lr"]
+    for pa, pb in zip(agent.optimizer.param_groups[0]["params"], group["params"], strict=True):
+        assert torch.equal(agent.optimizer.state[pa]["exp_avg"], other.optimizer.state[pb]["exp_avg"])
+    other.update(buf.sample(16))  # the foreach step runs on the restored state
+
+
 def test_old_checkpoints_are_pruned_and_latest_points_at_the_newest(tmp_path):
     agent = SAC(SACConfig(actor_hidden=[8], critic_hidden=[8]), SPEC, 2)
     for step in (10, 20, 30, 40):

@@ -57,6 +57,9 @@ def _optimizer_state(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
+STEP_IMPLEMENTATION = ("capturable", "fused", "foreach", "differentiable")  # optimizer flags, not state
+
+
 def _load_optimizer_state(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
     state: dict[int, dict[str, Any]] = {}
     for key, value in tensors.items():
@@ -65,7 +68,14 @@ def _load_optimizer_state(opt: torch.optim.Optimizer, tensors: dict[str, torch.T
     for key, value in meta["scalars"].items():
         param_id, slot = key.split(".", 1)
         state.setdefault(int(param_id), {})[slot] = value
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    # How a step is computed belongs to this run's optimizer, not to the run that saved it: a run resumed with
+    # agent.compile=true on a GPU needs its capturable step (a CUDA graph records it), one resumed on a CPU not.
+    groups = [
+        {**saved, **{flag: live[flag] for flag in STEP_IMPLEMENTATION if flag in live}}
+        for saved, live in zip(meta["param_groups"], opt.param_groups, strict=False)
+    ]
+    groups += meta["param_groups"][len(groups) :]  # a count that differs: load_state_dict names the mismatch
+    opt.load_state_dict({"state": state, "param_groups": groups})
 
 
 def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
