@@ -129,12 +129,13 @@ def check_bc_schedule(start: float, final: float | None, decay_updates: int) -> 
         raise ValueError(f"agent.bc_decay_updates must be >= 0, got {decay_updates}")
 
 
-def make_adam(params, lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel where this torch build has one (one launch per step), else foreach."""
+def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
+    """Adam with the fused kernel where this torch build has one (one launch per step), else foreach.
+    `capturable`: its step counts live on the device, so a CUDA graph can record its step."""
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, fused=True, capturable=capturable)
     except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
+        return torch.optim.Adam(params, lr=lr, foreach=True, capturable=capturable)
 
 
 PRECISIONS = ("fp32", "bf16", "auto")

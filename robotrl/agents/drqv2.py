@@ -28,6 +28,7 @@ from robotrl.agents.base import (
     make_adam,
     mixed_precision,
 )
+from robotrl.agents.compiled import CompiledFunction, GraphedStep
 from robotrl.agents.config import AgentConfig
 from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
@@ -129,13 +130,25 @@ class DrQv2(Agent):
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         # env steps on the actor's clock: drives the exploration std (saved with the agent)
         self.register_buffer("env_steps", torch.zeros((), dtype=torch.long))
+        # this update's behaviour-cloning weight, filled before each update (a CUDA graph reads it in place)
+        self.register_buffer("_bc_weight", torch.zeros(()), persistent=False)
+        self._clones = cfg.bc_weight > 0 or bool(cfg.bc_weight_final)
         self.to(device)
-        self.critic_optimizer = make_adam([*self.encoder.parameters(), *self.critic.parameters()], cfg.lr)
-        self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr)
+        dev = torch.device(device)
+        graphs = cfg.compile and dev.type == "cuda"  # the whole update as one CUDA graph (agents/compiled.py)
+        critic_params = [*self.encoder.parameters(), *self.critic.parameters()]
+        self.critic_optimizer = make_adam(critic_params, cfg.lr, capturable=graphs)
+        self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr, capturable=graphs)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.target_critic.parameters())
-        self._autocast = mixed_precision(cfg.precision, torch.device(device))
+        self._autocast = mixed_precision(cfg.precision, dev)
         self.num_updates = 0
+        self._critic_losses, self._actor_losses, self._step = self._critic_loss, self._actor_loss, self._update_step
+        if cfg.compile:
+            self._critic_losses = CompiledFunction(self._critic_loss, "DrQ-v2's critic loss")
+            self._actor_losses = CompiledFunction(self._actor_loss, "DrQ-v2's actor loss")
+            if graphs:
+                self._step = GraphedStep(self._update_step, dev)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"critic": self.critic_optimizer, "actor": self.actor_optimizer}
@@ -177,10 +190,48 @@ class DrQv2(Agent):
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """A critic (and encoder) step on augmented observations, then an actor step on detached features."""
+        cfg = self.cfg
+        self._bc_weight.fill_(bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates))
+        metrics = self._step(batch)
+        self.num_updates += 1
+        return metrics
+
+    def _update_step(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The whole update on the device: what `agent.compile` captures as one CUDA graph."""
         std = self._std()
+        self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
+        critic_loss, q_mean, image, state = self._critic_losses(batch, std)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        # the actor ascends a fixed critic: its weights are switched out of autograd for this step, so no
+        # critic weight gradients (the trunk's alone is [feature_dim, 39,200]) are computed and thrown away
+        self.critic.requires_grad_(False)
+        actor_loss, bc_loss = self._actor_losses(batch, image.detach(), None if state is None else state.detach(), std)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.critic.requires_grad_(True)
+        self.actor_optimizer.step()
+
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
+        metrics = {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "q_mean": q_mean,
+            "exploration_std": std,
+        }
+        if bc_loss is not None:
+            metrics["bc_loss"] = bc_loss.detach()
+        return metrics
+
+    def _critic_loss(
+        self, batch: Batch, std: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The critics' TD loss on shifted observations, their mean value, and the encoded observations."""
         keys, pad = self.encoder.image_keys, self.cfg.encoder.shift_pad
         obs, next_obs = shift_images(batch.obs, keys, pad), shift_images(batch.next_obs, keys, pad)
-        self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
         with self._autocast():
             image, state = self._encode(obs)
             with torch.no_grad():
@@ -190,41 +241,21 @@ class DrQv2(Agent):
                 target = batch.reward + batch.discount * target_q
             q = self.critic(image, state, batch.action).float()
             critic_loss = F.mse_loss(q, target.expand_as(q)) * q.shape[0]
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        return critic_loss, q.detach().mean(), image, state
 
-        # the actor ascends a fixed critic: its weights are switched out of autograd for this step, so no
-        # critic weight gradients (the trunk's alone is [feature_dim, 39,200]) are computed and thrown away
-        self.critic.requires_grad_(False)
+    def _actor_loss(
+        self, batch: Batch, image: torch.Tensor, state: torch.Tensor | None, std: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The actor's loss against the (fixed) critic, and its behaviour-cloning term where it has one."""
         with self._autocast():
-            image, state = image.detach(), None if state is None else state.detach()
             mean = self.actor(image, state).float()
             actor_q = full_precision_min(self.critic(image, state, self._perturb(mean, std, straight_through=True)))
             actor_loss = -actor_q.mean()
             bc_loss = None
-            cfg = self.cfg
-            bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
-            if bc_weight > 0 and batch.demo is not None:
+            if self._clones and batch.demo is not None:
                 bc_loss = behaviour_cloning_loss(mean, batch.action, batch.demo)
-                actor_loss = actor_loss + bc_weight * bc_loss
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.critic.requires_grad_(True)
-        self.actor_optimizer.step()
-
-        with torch.no_grad():
-            torch._foreach_lerp_(self._target_params, self._critic_params, self.cfg.tau)
-        self.num_updates += 1
-        metrics = {
-            "critic_loss": critic_loss.detach(),
-            "actor_loss": actor_loss.detach(),
-            "q_mean": q.detach().mean(),
-            "exploration_std": std,
-        }
-        if bc_loss is not None:
-            metrics["bc_loss"] = bc_loss.detach()
-        return metrics
+                actor_loss = actor_loss + self._bc_weight * bc_loss
+        return actor_loss, bc_loss
 
 
 def full_precision_min(q: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from robotrl.agents.base import (
     masked_mean,
     mixed_precision,
 )
+from robotrl.agents.compiled import CompiledFunction, GraphedStep
 from robotrl.agents.config import AgentConfig
 from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
@@ -32,6 +33,7 @@ from robotrl.nn.mlp import full_precision
 
 EXPLORATIONS = ("gaussian", "gsde")
 Q_SCALE_FLOOR = 1e-6  # q_normalize: a batch whose critic values are all ~0 is not blown up
+CRITIC_METRICS = ("critic_loss", "q_mean")  # every update's; the rest are the actor step's
 
 
 @dataclass
@@ -194,22 +196,33 @@ class SAC(Agent):
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(cfg.init_alpha)).log(), requires_grad=cfg.learn_alpha)
         self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
+        self.register_buffer("_bc_weight", torch.zeros(()), persistent=False)
         self.to(device)
 
         dev = torch.device(device)
+        graphs = cfg.compile and dev.type == "cuda"  # the whole update as one CUDA graph (agents/compiled.py)
         groups = [
             {"params": [*self.encoder.parameters(), *self.critic.parameters()], "lr": cfg.critic_lr},
             {"params": list(self.actor.parameters()), "lr": cfg.actor_lr},
         ]
         if cfg.learn_alpha:
             groups.append({"params": [self.log_alpha], "lr": cfg.alpha_lr})
-        self.optimizer = make_adam(groups, cfg.critic_lr)
+        self.optimizer = make_adam(groups, cfg.critic_lr, capturable=graphs)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.target_critic.parameters())
         self.num_updates = 0
         self._imitating = False  # pretrain_update: the actor clones the demos, with its entropy term
+        # Behaviour cloning at any point of its schedule; the weight itself is a device tensor filled before
+        # each update, so a compiled update (a CUDA graph) reads this update's value, not its capture's.
+        self._clones = cfg.bc_weight > 0 or bool(cfg.bc_weight_final)
         self._autocast = mixed_precision(cfg.precision, dev)
         self._last_actor_metrics: dict[str, torch.Tensor] = {}
+        self._losses = self._sum_of_losses
+        self._step = self._update_step
+        if cfg.compile:
+            self._losses = CompiledFunction(self._sum_of_losses, f"{type(self).__name__}'s losses")
+            if graphs:
+                self._step = GraphedStep(self._update_step, dev)
 
     def _make_actor(self, features: int, action_dim: int) -> nn.Module:
         cfg = self.cfg
@@ -257,6 +270,30 @@ class SAC(Agent):
         weights, the temperature through a detached log-probability). The actor therefore ascends the
         critic as it was before this step's critic update, as in the JAX SAC implementations.
         """
+        cfg = self.cfg
+        update_actor = (self.num_updates + 1) % cfg.actor_update_interval == 0
+        self._bc_weight.fill_(bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates))
+        metrics = self._step(batch, update_actor, self._imitating)
+        self.num_updates += 1
+        if update_actor:
+            self._last_actor_metrics = {k: v for k, v in metrics.items() if k not in CRITIC_METRICS}
+        return {**{k: metrics[k] for k in CRITIC_METRICS}, **self._last_actor_metrics}
+
+    def _update_step(self, batch: Batch, update_actor: bool, imitating: bool) -> dict[str, torch.Tensor]:
+        """The whole update on the device: what `agent.compile` captures as one CUDA graph."""
+        self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
+        loss, metrics = self._losses(batch, update_actor, imitating)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self._soft_update_target()
+        return metrics
+
+    def _sum_of_losses(
+        self, batch: Batch, update_actor: bool, imitating: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The critics', the actor's and the temperature's losses summed, and their metrics (what `agent.compile`
+        runs under torch.compile)."""
         if self.pixel_keys:  # DrQ: each observation randomly shifted
             pad = self.cfg.encoder.shift_pad
             batch = dataclasses.replace(
@@ -264,9 +301,7 @@ class SAC(Agent):
                 obs=shift_images(batch.obs, self.pixel_keys, pad),
                 next_obs=shift_images(batch.next_obs, self.pixel_keys, pad),
             )
-        self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
         alpha = self.log_alpha.detach().exp()
-        update_actor = (self.num_updates + 1) % self.cfg.actor_update_interval == 0
         with self._autocast():
             features = self.encoder(batch.obs)
             with torch.no_grad():  # the TD target's, and the smoothness term's
@@ -275,25 +310,16 @@ class SAC(Agent):
             loss = critic_loss
             metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.mean()}
             if update_actor:  # an encoder with weights (pixels) learns only through the critic
-                actor_loss, log_prob, extra = self._actor_loss(features.detach(), alpha, batch, next_features)
+                actor_loss, log_prob, extra = self._actor_loss(
+                    features.detach(), alpha, batch, next_features, imitating
+                )
                 loss = loss + actor_loss
-                self._last_actor_metrics = {
-                    "actor_loss": actor_loss.detach(),
-                    "entropy": -log_prob.mean(),
-                    "alpha": alpha,
-                    **extra,
-                }
+                metrics.update(actor_loss=actor_loss.detach(), entropy=-log_prob.mean(), alpha=alpha, **extra)
                 if self.cfg.learn_alpha:
                     alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
                     loss = loss + alpha_loss
-                    self._last_actor_metrics["alpha_loss"] = alpha_loss.detach()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self._soft_update_target()
-        self.num_updates += 1
-        metrics.update(self._last_actor_metrics)
-        return metrics
+                    metrics["alpha_loss"] = alpha_loss.detach()
+        return loss, metrics
 
     def pretrain_update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """An update whose actor loss is the usual one without the critic's term: the entropy term and behaviour
@@ -360,18 +386,24 @@ class SAC(Agent):
         return None
 
     def _actor_loss(
-        self, features: torch.Tensor, alpha: torch.Tensor, batch: Batch, next_features: torch.Tensor
+        self,
+        features: torch.Tensor,
+        alpha: torch.Tensor,
+        batch: Batch,
+        next_features: torch.Tensor,
+        imitating: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """The actor's loss, its log-probabilities (detached) and the optional terms' values for logging
-        (`bc_loss`, `smoothness_loss`)."""
+        (`bc_loss`, `smoothness_loss`). `imitating`: pretrain_update's loss, without the critic's term."""
         policy = self.actor(features)
         action, log_prob = policy.rsample_with_log_prob()
         cfg = self.cfg
-        bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
-        if self._imitating:  # the online loss without the critic's term (BC weighted 1 where it has none)
+        bc_weight = self._bc_weight  # this update's, filled by `update`
+        if imitating:  # the online loss without the critic's term (BC weighted 1 where it has none)
             rows = torch.ones(len(log_prob), dtype=torch.bool, device=log_prob.device)
             bc_loss = behaviour_cloning_loss(policy.mode, self.policy_action(batch), self.recorded_entries(batch, rows))
-            actor_loss = (alpha * log_prob).mean() + (bc_weight or 1.0) * bc_loss
+            weight = torch.where(bc_weight > 0, bc_weight, torch.ones_like(bc_weight))
+            actor_loss = (alpha * log_prob).mean() + weight * bc_loss
             return actor_loss, log_prob.detach(), {"bc_loss": bc_loss.detach()}
         # The critic is a fixed function here: through detached weights only the path to the action is
         # differentiated, and no critic weight gradients are computed.
@@ -380,7 +412,7 @@ class SAC(Agent):
             q = q * (cfg.q_normalize / q.detach().abs().mean().clamp_min(Q_SCALE_FLOOR))
         actor_loss = (alpha * log_prob - q).mean()
         extra: dict[str, torch.Tensor] = {}
-        if bc_weight > 0 and batch.demo is not None:
+        if self._clones and batch.demo is not None:
             recorded, demo = self.policy_action(batch), batch.demo
             if self.cfg.bc_q_filter:
                 demo = demo & self._prefers_recorded(features, recorded, policy.mode.detach())
