@@ -17,7 +17,9 @@ Figures:
       frame stack 3, 50-step episodes. Goal: <= 1.1.
   cuda: the same update figures on a GPU when one is at hand. H100, 2026-11-24: 92 updates/s against the
       reference's 83 (ratio 1.11; bf16 81), loop_frames_per_s 100 (2026-11-23, before the GPU changes to the
-      augmentation and FrameReplay: 53 against 92).
+      augmentation and FrameReplay: 53 against 92). compiled_*: the same with agent.compile=true (the update
+      under torch.compile, replayed as a CUDA graph); compiled_bf16_over_fp32: bf16's gain there (goal >= 1.2;
+      goal for compiled_ratio: >= 2).
   learn (with --learn): DrQ-v2 light (64x64, agent=drqv2_light) on panda_reach from pixels (front and
       wrist cameras: from the front view alone a 2 cm target's depth is ambiguous) until 80% evaluation
       success: the env frames and wall-clock it needed.
@@ -37,7 +39,7 @@ from common import emit, in_subprocess, parse_args
 BATCH, SIZE, STACK, ACTION_DIM = 256, 84, 3, 3
 
 
-def ours_updates_per_s(updates: int, device: str, precision: str = "fp32") -> float:
+def ours_updates_per_s(updates: int, device: str, precision: str = "fp32", compile: bool = False) -> float:
     import torch
 
     from robotrl.agents import DrQv2, DrQv2Config
@@ -48,9 +50,9 @@ def ours_updates_per_s(updates: int, device: str, precision: str = "fp32") -> fl
     if device == "cpu":
         retain_freed_memory()
     spec = {"pixels_front": TensorSpec((3 * STACK, SIZE, SIZE), torch.uint8)}
-    agent = DrQv2(DrQv2Config(precision=precision), spec, ACTION_DIM, device)
+    agent = DrQv2(DrQv2Config(precision=precision, compile=compile), spec, ACTION_DIM, device)
     replay = _filled_replay(FrameReplay, spec, 2_000, device)
-    for _ in range(3):
+    for _ in range(8 if compile else 3):  # compiled: past its warm-up calls and the CUDA graph's capture
         agent.update(replay.sample(BATCH))
     _sync(device)
     start = time.perf_counter()
@@ -197,21 +199,31 @@ def learn_run(max_steps: int, threads: int, device: str = "auto") -> dict:
     return {"frames_to_80": reached, "wall_clock_s": round(elapsed, 1) if reached else None, "best_success": best}
 
 
-def cuda_figures(updates: int, threads: int, quick: bool) -> dict:
+def cuda_figures(updates: int, threads: int, loop: bool) -> dict:
     import torch
 
-    ours = in_subprocess("drqv2_speed", f"b.ours_updates_per_s({20 * updates}, 'cuda')", threads)
+    def ours(precision: str, compile: bool) -> float:
+        return in_subprocess(
+            "drqv2_speed", f"b.ours_updates_per_s({20 * updates}, 'cuda', {precision!r}, {compile})", threads
+        )
+
     reference = in_subprocess("drqv2_speed", f"b.reference_updates_per_s({20 * updates}, 'cuda')", threads)
-    ours_bf16 = in_subprocess("drqv2_speed", f"b.ours_updates_per_s({20 * updates}, 'cuda', 'bf16')", threads)
+    eager, eager_bf16 = ours("fp32", False), ours("bf16", False)
+    compiled, compiled_bf16 = ours("fp32", True), ours("bf16", True)
     figures = {
         "device": torch.cuda.get_device_name(),
-        "updates_per_s": round(ours, 2),
+        "updates_per_s": round(eager, 2),
         "reference_updates_per_s": round(reference, 2),
-        "ratio": round(ours / reference, 2),
-        "bf16_updates_per_s": round(ours_bf16, 2),
-        "bf16_ratio": round(ours_bf16 / reference, 2),
+        "ratio": round(eager / reference, 2),
+        "bf16_updates_per_s": round(eager_bf16, 2),
+        "bf16_ratio": round(eager_bf16 / reference, 2),
+        "compiled_updates_per_s": round(compiled, 2),
+        "compiled_ratio": round(compiled / reference, 2),
+        "compiled_bf16_updates_per_s": round(compiled_bf16, 2),
+        "compiled_bf16_ratio": round(compiled_bf16 / reference, 2),
+        "compiled_bf16_over_fp32": round(compiled_bf16 / compiled, 2),
     }
-    figures["loop_frames_per_s"] = None if quick else round(loop_frames_per_s(2_000, threads, "cuda"), 2)
+    figures["loop_frames_per_s"] = round(loop_frames_per_s(2_000, threads, "cuda"), 2) if loop else None
     return figures
 
 
@@ -219,12 +231,13 @@ def main() -> None:
     def extra_args(parser) -> None:
         parser.add_argument("--learn", action="store_true", help="also run the light learning run")
         parser.add_argument("--cuda-only", action="store_true", help="only the GPU figures (on a GPU machine)")
+        parser.add_argument("--skip-loop", action="store_true", help="no training-loop figure (no renderer)")
 
     args = parse_args(__doc__, extra_args)
     updates = 3 if args.quick else 15
     figures: dict = {"threads": args.threads, "batch": BATCH, "image": SIZE, "frame_stack": STACK}
     if args.cuda_only:
-        figures["cuda"] = cuda_figures(updates, args.threads, args.quick)
+        figures["cuda"] = cuda_figures(updates, args.threads, not (args.quick or args.skip_loop))
         if args.learn:
             figures["learn"] = learn_run(60_000, args.threads, "cuda")
         emit("drqv2_speed", figures, args.save)
@@ -250,7 +263,7 @@ def main() -> None:
     import torch
 
     if torch.cuda.is_available():
-        figures["cuda"] = cuda_figures(updates, args.threads, args.quick)
+        figures["cuda"] = cuda_figures(updates, args.threads, not (args.quick or args.skip_loop))
     if args.learn:
         figures["learn"] = learn_run(60_000, args.threads)
     emit("drqv2_speed", figures, args.save)

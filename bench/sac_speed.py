@@ -16,6 +16,9 @@ Goals on 2 CPU threads: ratio >= 4, loop_ratio >= 3 (restated in the GPU-scale i
   cuda: HalfCheetah-sized update speed on a GPU, ours and SB3's, when one is at hand (`--cuda-only`: that
       alone). H100, 2026-11-24: ours 166 vs SB3 85 updates/s (ratio 1.96), 2026-11-23: 178 vs 91. About 6 ms an
       update for ~0.6 GFLOP: far below the GPU's arithmetic, both sides are bound by per-op overhead.
+      compiled_updates_per_s: with agent.compile=true (torch.compile, the whole update one CUDA graph; goal
+      >= 1,000 on an H100) and compile_s its one-off cost; *_batch_32768_*: bf16 at batch 32,768, eager and
+      compiled (goal >= 250). SB3's side runs on an env of HalfCheetah's sizes (GPU machines lack MuJoCo).
 
 Every figure is measured in its own fresh process (bench/common.py `in_subprocess`), each library as it runs
 when it trains: robotrl's `train` keeps freed memory in the process on a CPU (glibc would unmap and
@@ -38,7 +41,16 @@ from common import emit, in_subprocess, parse_args
 SIZES = {"Pendulum-v1": (3, 1), "HalfCheetah-v5": (17, 6)}
 
 
-def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: str, device: str = "cpu") -> float:
+def robotrl_updates_per_s(
+    obs_dim: int,
+    act_dim: int,
+    updates: int,
+    precision: str,
+    device: str = "cpu",
+    batch: int = 256,
+    compile: bool = False,
+) -> float:
+    """Updates per second after warm-up (with `compile`: past the compiled update's warm-up and capture)."""
     import torch
 
     from robotrl.agents import SAC, SACConfig
@@ -49,7 +61,7 @@ def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: s
         retain_freed_memory()
 
     spec = {"state": TensorSpec((obs_dim,))}
-    agent = SAC(SACConfig(batch_size=256, precision=precision), spec, act_dim, device)
+    agent = SAC(SACConfig(batch_size=batch, precision=precision, compile=compile), spec, act_dim, device)
     replay = ReplayBuffer(spec, act_dim, capacity=20_000, device=device)
     for _ in range(10_000):
         o = {"state": torch.randn(1, obs_dim)}
@@ -62,16 +74,49 @@ def robotrl_updates_per_s(obs_dim: int, act_dim: int, updates: int, precision: s
             torch.zeros(1, dtype=torch.bool),
         )
     for _ in range(30):
-        agent.update(replay.sample(256))
+        agent.update(replay.sample(batch))
     _sync(device)
     start = time.perf_counter()
     for _ in range(updates):
-        agent.update(replay.sample(256))
+        agent.update(replay.sample(batch))
     _sync(device)
     return updates / (time.perf_counter() - start)
 
 
+def robotrl_compile_s(obs_dim: int, act_dim: int, precision: str, batch: int) -> float:
+    """Seconds from a fresh compiled agent to its first replayed update (compilation and capture), less an eager
+    agent's first as many updates."""
+    import torch
+
+    from robotrl.agents import SAC, SACConfig
+    from robotrl.agents.compiled import WARMUP_CALLS
+    from robotrl.data import TensorSpec
+    from robotrl.data.replay import Batch
+
+    spec = {"state": TensorSpec((obs_dim,))}
+    obs = {"state": torch.randn(batch, obs_dim, device="cuda")}
+    sample = Batch(
+        obs,
+        torch.zeros(batch, act_dim, device="cuda"),
+        torch.zeros(batch, 1, device="cuda"),
+        torch.ones(batch, 1, device="cuda"),
+        obs,
+    )
+    times = []
+    for compile in (False, True):
+        agent = SAC(SACConfig(batch_size=batch, precision=precision, compile=compile), spec, act_dim, "cuda")
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS + 2):
+            agent.update(sample)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times[1] - times[0]
+
+
 def sb3_updates_per_s(env_id: str, updates: int, device: str = "cpu", retain_alloc: bool = False) -> float:
+    """SB3's update speed on `env_id` (the registered env, or with `shapes:OBS,ACT` an env of those sizes that
+    returns random observations: an update's cost depends on the sizes alone, and GPU machines lack MuJoCo)."""
     import gymnasium as gym
     from stable_baselines3 import SAC as SB3SAC
 
@@ -80,7 +125,8 @@ def sb3_updates_per_s(env_id: str, updates: int, device: str = "cpu", retain_all
 
         retain_freed_memory()
 
-    model = SB3SAC("MlpPolicy", gym.make(env_id), batch_size=256, learning_starts=0, device=device, verbose=0)
+    env = _shaped_env(*map(int, env_id[7:].split(","))) if env_id.startswith("shapes:") else gym.make(env_id)
+    model = SB3SAC("MlpPolicy", env, batch_size=256, learning_starts=0, device=device, verbose=0)
     model.learn(1_000)
     model.train(gradient_steps=30, batch_size=256)
     _sync(device)
@@ -88,6 +134,24 @@ def sb3_updates_per_s(env_id: str, updates: int, device: str = "cpu", retain_all
     model.train(gradient_steps=updates, batch_size=256)
     _sync(device)
     return updates / (time.perf_counter() - start)
+
+
+def _shaped_env(obs_dim: int, act_dim: int):
+    import gymnasium as gym
+    import numpy as np
+
+    class ShapedEnv(gym.Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, False, False, {}
+
+    return gym.wrappers.TimeLimit(ShapedEnv(), 1000)
 
 
 def _sync(device: str) -> None:
@@ -219,6 +283,37 @@ def measure(threads: int, precision: str, updates: int, warmup: int, steps: int)
     return figures
 
 
+def cuda_figures(updates: int, threads: int) -> dict:
+    """HalfCheetah-sized updates on the GPU: eager and compiled at batch 256 against SB3's (on an env of those
+    sizes), and compiled bf16 at batch 32,768 (the large-batch regime of thousands of envs)."""
+    import torch
+
+    def run(expr: str) -> float:
+        return in_subprocess("sac_speed", expr, threads)
+
+    obs_dim, act_dim = SIZES["HalfCheetah-v5"]
+    small, large = 256, 32_768
+    eager = run(f"b.robotrl_updates_per_s({obs_dim}, {act_dim}, {updates}, 'fp32', 'cuda')")
+    compiled = run(f"b.robotrl_updates_per_s({obs_dim}, {act_dim}, {5 * updates}, 'fp32', 'cuda', compile=True)")
+    theirs = run(f"b.sb3_updates_per_s('shapes:{obs_dim},{act_dim}', {updates}, 'cuda')")
+    large_updates = max(20, updates // 4)
+    large_eager = run(f"b.robotrl_updates_per_s({obs_dim}, {act_dim}, {large_updates}, 'bf16', 'cuda', {large})")
+    large_compiled = run(
+        f"b.robotrl_updates_per_s({obs_dim}, {act_dim}, {large_updates}, 'bf16', 'cuda', {large}, compile=True)"
+    )
+    return {
+        "device": torch.cuda.get_device_name(),
+        "robotrl_updates_per_s": round(eager, 1),
+        "compiled_updates_per_s": round(compiled, 1),
+        "compile_s": round(run(f"b.robotrl_compile_s({obs_dim}, {act_dim}, 'fp32', {small})"), 1),
+        "sb3_updates_per_s": round(theirs, 1),
+        "ratio": round(eager / theirs, 2),
+        "compiled_ratio": round(compiled / theirs, 2),
+        f"bf16_batch_{large}_updates_per_s": round(large_eager, 1),
+        f"compiled_bf16_batch_{large}_updates_per_s": round(large_compiled, 1),
+    }
+
+
 def main() -> None:
     def extra(parser):
         parser.add_argument("--cuda-only", action="store_true", help="only the GPU figures (on a GPU machine)")
@@ -240,17 +335,7 @@ def main() -> None:
     import torch
 
     if torch.cuda.is_available():  # update speed on the GPU, both sides there
-        obs_dim, act_dim = SIZES["HalfCheetah-v5"]
-        ours = in_subprocess(
-            "sac_speed", f"b.robotrl_updates_per_s({obs_dim}, {act_dim}, {updates}, 'fp32', 'cuda')", args.threads
-        )
-        theirs = in_subprocess("sac_speed", f"b.sb3_updates_per_s('HalfCheetah-v5', {updates}, 'cuda')", args.threads)
-        figures["cuda"] = {
-            "device": torch.cuda.get_device_name(),
-            "robotrl_updates_per_s": round(ours, 1),
-            "sb3_updates_per_s": round(theirs, 1),
-            "ratio": round(ours / theirs, 2),
-        }
+        figures["cuda"] = cuda_figures(updates, args.threads)
     emit("sac_speed", figures, args.save)
 
 
