@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from robotrl.agents import AGENT_CONFIGS
+from robotrl.agents.schedule import UpdateSchedule
 from robotrl.core.policy_bundle import FORMATS as BUNDLE_FORMATS
 from robotrl.hil.config import HILConfig
 from robotrl.sim2real.actuation import ActuationConfig
@@ -142,6 +143,7 @@ class TrainConfig:
         self.wandb.validate()
         if hasattr(self.agent, "validate"):
             self.agent.validate()  # agent.* settings fail here, before any env is built
+            UpdateSchedule.of(self.agent, self.learning_starts, self.num_envs).check(self.total_steps)
 
 
 @dataclass

@@ -7,7 +7,8 @@ robotrl-learner task=panda_pick_cube hil.demos=[demos/pick] agent.bc_weight=1.0 
 robotrl-learner task=panda_push her_ratio=0.8                   # hindsight goals on all that actors send
 
 Each actor's steps land in its own replay stream (robotrl/runtime/transport/storage.py). The update loop runs
-`agent.utd_ratio` updates per env step received (across all actors) once `learning_starts` steps have arrived, and
+`agent.utd_ratio` updates per `agent.update_every` env steps received (across all actors; agents/schedule.py) once
+`learning_starts` steps have arrived, and
 publishes a new weights version every `weights_every` updates. The actors are not paced by it: an actor in
 simulation (control_hz 0) may send steps faster than they are trained on, so the updates trail the ratio, unless it
 runs with `max_steps_ahead` (it waits while this learner's `untrained_steps`, reported in every reply, exceed it).
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import secrets
 import signal
 import threading
@@ -49,6 +49,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from robotrl.agents import make_agent
+from robotrl.agents.schedule import UpdateSchedule
 from robotrl.cli_errors import reports_errors
 from robotrl.config import register_configs
 from robotrl.core.durable import write_atomic
@@ -91,6 +92,7 @@ class Learner:
         cfg.validate()
         check_tracker(cfg.logger)  # a missing extra fails before anything is built or served
         self.cfg, self.run_dir = cfg, run_dir
+        self.schedule = UpdateSchedule.of(cfg.agent, cfg.learning_starts, num_envs=1)  # per env step received
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         seed_everything(cfg.seed)
@@ -262,13 +264,9 @@ class Learner:
         return self.port
 
     def updates_due(self, env_steps: int) -> int:
-        """Updates owed after `env_steps` received: those made on the demos before serving, then utd_ratio per
-        `update_every` env steps past learning_starts."""
-        cfg = self.cfg
-        if env_steps <= cfg.learning_starts:
-            return self.pretrained_updates
-        every = cfg.agent.update_every
-        return self.pretrained_updates + cfg.agent.utd_ratio * (env_steps // every - cfg.learning_starts // every)
+        """Updates owed after `env_steps` received: those made on the demos before serving, then the schedule's
+        (agents/schedule.py) past learning_starts."""
+        return self.pretrained_updates + self.schedule.due(env_steps)
 
     def _trainable(self, received: int) -> int:
         """Of the env steps received, those the learner trains on: up to total_steps. An actor unpaced in simulation
@@ -286,9 +284,7 @@ class Learner:
 
     def _steps_behind(self, due: int) -> int:
         """The env steps whose share of the `due` updates is not made yet (updates_due's step, inverted)."""
-        agent_cfg = self.cfg.agent
-        behind = max(0, due - self.agent.num_updates)
-        return math.ceil(behind / agent_cfg.utd_ratio) * agent_cfg.update_every
+        return self.schedule.env_steps_for(due - self.agent.num_updates)
 
     def run(self, stop: threading.Event) -> dict[str, Any]:
         """Serve and train until `stop` is set or `total_steps` env steps have arrived and the updates due for

@@ -284,6 +284,31 @@ def test_batched_collection_adds_one_batch_per_step_and_keeps_utd_per_env_step(t
     assert summary["updates"] == 2 * (400 - 202)  # as with one env: utd_ratio updates per env step past it
 
 
+def test_updates_per_vectorized_step_schedule_the_loop(tmp_path):
+    """agent.updates_per_step=0.5 with 4 envs: one update every two vectorized steps past learning_starts."""
+    args = [
+        a for a in TINY if not a.startswith(("total_steps", "learning_starts", "eval_interval", "checkpoint_interval"))
+    ]
+    cfg = to_train_config(
+        _compose(
+            *args,
+            "num_envs=4",
+            "total_steps=400",
+            "learning_starts=202",
+            "agent.updates_per_step=0.5",
+            "eval_interval=100000",
+            "checkpoint_interval=100000",
+            "video=false",
+        )
+    )
+    summary = train(cfg, tmp_path)
+    assert summary["updates"] == 24  # floor(0.5 * (400 - 202) / 4)
+    with pytest.raises(ValueError, match=r"agent.updates_per_step=2.0 replaces agent.utd_ratio"):
+        to_train_config(_compose(*args, "agent.updates_per_step=2", "agent.utd_ratio=2"))
+    with pytest.raises(ValueError, match=r"makes 16 updates in one vectorized step, more than the 12 transitions"):
+        to_train_config(_compose(*args, "num_envs=4", "learning_starts=10", "agent.utd_ratio=4"))
+
+
 def test_a_num_envs_the_machine_cannot_hold_fails_before_training_with_the_memory_needed(tmp_path):
     for backend in ("mujoco", "genesis"):  # the check runs before Genesis is imported: no extra needed
         cfg = to_train_config(_compose(f"backend={backend}", "num_envs=1000000000", "video=false"))

@@ -5,6 +5,7 @@ that sees images. An agent's own settings extend these; nothing here is read by 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -47,7 +48,11 @@ class AgentConfig:
     name: str = ""
     batch_size: int = 256
     utd_ratio: int = 1  # gradient updates per update round
-    update_every: int = 1  # env steps per update round
+    update_every: int = 1  # env steps per update round (every env's step counts)
+    # Updates per vectorized step (all num_envs envs stepping once) instead of utd_ratio per update_every env
+    # steps; fractional allowed (0.25: one update every 4 vectorized steps). With thousands of GPU envs the
+    # per-transition default would make thousands of updates per vectorized step (agents/schedule.py).
+    updates_per_step: float | None = None
     # The update as one compiled program (agents/compiled.py): its losses under torch.compile and, on CUDA,
     # the whole update (backward pass and optimizer steps too) replayed as a CUDA graph. A small update is
     # bound by kernel launches on a GPU (SAC at batch 256: 166 eager updates/s on an H100). Off: the eager
@@ -74,6 +79,16 @@ class AgentConfig:
         for name in ("batch_size", "utd_ratio", "update_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        if self.updates_per_step is not None:
+            if not (math.isfinite(self.updates_per_step) and self.updates_per_step > 0):
+                raise ValueError(
+                    f"agent.updates_per_step must be a finite number > 0 or null, got {self.updates_per_step}"
+                )
+            if (self.utd_ratio, self.update_every) != (1, 1):
+                raise ValueError(
+                    f"agent.updates_per_step={self.updates_per_step} replaces agent.utd_ratio and agent.update_every "
+                    f"(got {self.utd_ratio} and {self.update_every}): set one schedule"
+                )
         self.encoder.validate()
 
 

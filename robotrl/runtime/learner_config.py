@@ -106,6 +106,11 @@ class LearnerConfig:
             raise ValueError(f"her_ratio must be in [0, 1], got {self.her_ratio}")
         if hasattr(self.agent, "validate"):
             self.agent.validate()
+            if self.agent.updates_per_step is not None:
+                raise ValueError(
+                    f"agent.updates_per_step={self.agent.updates_per_step} counts vectorized steps of one process's "
+                    "envs; a learner counts the env steps its actors send: set agent.utd_ratio and agent.update_every"
+                )
 
 
 def to_learner_config(cfg: DictConfig) -> LearnerConfig:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from robotrl.agents import make_agent
+from robotrl.agents.schedule import UpdateSchedule
 from robotrl.config import TrainConfig
 from robotrl.core.durable import write_atomic
 from robotrl.data.mixer import MixedReplay, sample_offline
@@ -101,7 +102,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             getattr(cfg.task, "reward", None),
             terminate_on_success,
         )
-    update_every = cfg.agent.update_every
+    schedule = UpdateSchedule.of(cfg.agent, cfg.learning_starts, cfg.num_envs)
     counters = {"env_step": 0, "episodes": 0, "updates": 0, "evals": 0}
     if resume:
         path = latest_checkpoint(ckpt_root)
@@ -191,9 +192,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
             prev, step = step, step + cfg.num_envs
             counters["env_step"] = step
 
-            if step > update_start:  # utd_ratio updates per `update_every` env steps past update_start
-                rounds = step // update_every - max(prev, update_start) // update_every
-                for _ in range(cfg.agent.utd_ratio * rounds):
+            if step > update_start:  # the schedule's updates for the env steps past update_start
+                for _ in range(schedule.due(step) - schedule.due(max(prev, update_start))):
                     update_metrics.add(agent.update(replay.sample(cfg.agent.batch_size)))
                 counters["updates"] = agent.num_updates
 
