@@ -129,6 +129,11 @@ class SimTwinConfig:
     state_drop_prob: float = 0.0
     noise_seed: int = 0
     report_interval: float = 10.0  # seconds between status lines in the log; 0: none
+    # Periods whose deadline passed while the loop was late are simulated at once, unpublished, up to this many
+    # per overrun, so the physics stays on the wall clock that stamps its states. Skipped, each left the physics a
+    # period behind for good: 54 of them put 108 ms of drift into a 2 ms twin's system-identification recording
+    # (bench/results/sysid.jsonl, 2026-11-28). Past the bound (an overloaded machine) periods are missed instead.
+    max_catch_up_periods: int = 10
     realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
 
     def validate(self) -> None:
@@ -154,6 +159,10 @@ class SimTwinConfig:
             )
         if self.report_interval < 0:
             raise ValueError(f"report_interval must be >= 0, got {self.report_interval!r}")
+        if isinstance(self.max_catch_up_periods, bool) or not (
+            isinstance(self.max_catch_up_periods, int) and self.max_catch_up_periods >= 0
+        ):
+            raise ValueError(f"max_catch_up_periods must be an integer >= 0, got {self.max_catch_up_periods!r}")
         if self.latency_ms is not None and not (
             math.isfinite(self.latency_ms) and 0 <= self.latency_ms <= MAX_LATENCY_S * 1000
         ):
@@ -309,6 +318,7 @@ class SimTwin:
         # Counters and timing.
         self.periods = 0
         self.missed = 0
+        self.caught_up = 0
         self.accepted: dict[str, int] = defaultdict(int)
         self.rejected: dict[str, int] = defaultdict(int)
         self.clamped = 0
@@ -521,7 +531,19 @@ class SimTwin:
 
     # -- the control period -------------------------------------------------------------------------
     def step(self) -> None:
-        """One control period: apply the newest command, step the physics, publish the joint state."""
+        """One control period, in ros2_control's order: publish the state read at the period's start (stamped now),
+        then apply the newest command and simulate the period. Publishing after simulating stamped each state a
+        period before the physics it showed, and an identified command latency came out a period short
+        (bench/results/sysid.jsonl, 2026-11-28: 6.9 ms fitted for a 12 ms twin at 250 Hz)."""
+        self.publish_joint_state()
+        if self._object_pubs and self.periods % self._object_every == 0:
+            self.publish_object_poses()
+        if self._cameras is not None:
+            self._cameras.offer(self.data)
+        self._simulate_period()
+
+    def _simulate_period(self) -> None:
+        """Apply the newest command (and any object placements) and step the physics through one period."""
         with self._command_lock:
             if self._trajectory is not None:
                 trajectory = self._trajectory
@@ -544,12 +566,7 @@ class SimTwin:
         for _ in range(self.substeps):
             self.data.ctrl[:] = self._commands.tick()  # the command in force, latency_ms after it was sent
             mujoco.mj_step(self.model, self.data)
-        self.publish_joint_state()
-        if self._object_pubs and self.periods % self._object_every == 0:
-            self.publish_object_poses()
         self.periods += 1
-        if self._cameras is not None:
-            self._cameras.offer(self.data)
 
     def place_object(self, name: str, position) -> None:
         """Put tracked object `name` (a free body) at `position` [x, y, z] at rest, keeping its orientation,
@@ -641,8 +658,13 @@ class SimTwin:
             now = time.monotonic()
             tick += 1
             latest_due = min(int((now - start) / period), ticks)  # the newest deadline already passed
-            if latest_due > tick:  # deadlines more than a period old: those periods never ran
-                self.missed += latest_due - tick
+            if latest_due > tick:  # deadlines more than a period old: simulate them unpublished, up to a bound
+                behind = latest_due - tick
+                catch_up = min(behind, self.cfg.max_catch_up_periods)
+                for _ in range(catch_up):
+                    self._simulate_period()
+                self.caught_up += catch_up
+                self.missed += behind - catch_up
                 tick = latest_due
             if now >= next_report:
                 next_report = now + self.cfg.report_interval
@@ -652,7 +674,7 @@ class SimTwin:
     def reset_stats(self) -> None:
         """Start the counters and timings of `stats()` afresh (after a warm-up, say)."""
         with self._command_lock:
-            self.periods = self.missed = self.clamped = self.images = self.object_poses = 0
+            self.periods = self.missed = self.caught_up = self.clamped = self.images = self.object_poses = 0
             self.accepted.clear()
             self.rejected.clear()
             self._publish_times.clear()
@@ -674,8 +696,9 @@ class SimTwin:
 
         return {
             "rate_hz": self.cfg.rate_hz,
-            "periods": self.periods,
-            "missed": self.missed,
+            "periods": self.periods,  # simulated, caught-up ones included
+            "caught_up": self.caught_up,  # simulated late, without a state published
+            "missed": self.missed,  # never simulated (beyond max_catch_up_periods)
             "missed_frac": self.missed / due if due else 0.0,
             "period_mean_ms": ms(intervals, np.mean),
             "period_jitter_ms": ms(intervals, np.std),  # std of the intervals between joint states

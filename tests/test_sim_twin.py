@@ -192,8 +192,11 @@ def test_malformed_commands_are_rejected_counted_and_never_applied():
         assert twin.stats()["clamped"] == 0
 
 
-def test_pacing_counts_missed_periods_and_does_not_drift():
-    twin = SimTwin(SimTwinConfig(rate_hz=100.0, domain_id=177, report_interval=0))
+@pytest.mark.parametrize("catch_up", [0, 10])
+def test_pacing_catches_up_or_counts_missed_periods_and_does_not_drift(catch_up):
+    """An overrun's passed deadlines are simulated at once without a state published (the physics stays on the
+    wall clock), up to max_catch_up_periods; those beyond it are missed."""
+    twin = SimTwin(SimTwinConfig(rate_hz=100.0, domain_id=177, report_interval=0, max_catch_up_periods=catch_up))
     step, calls, returned = twin.step, [], []
 
     def slow_step() -> None:
@@ -214,7 +217,12 @@ def test_pacing_counts_missed_periods_and_does_not_drift():
     # oversleeps.
     start = calls[0]
     back = (returned[0] - start) / 0.01  # in periods
-    assert stats["periods"] + stats["missed"] == 50 and stats["missed"] >= int(back - 1) - 9 >= 2
+    passed = stats["caught_up"] + stats["missed"]  # deadlines the loop was a period or more late for
+    assert stats["periods"] + stats["missed"] == 50 and passed >= int(back - 1) - 9 >= 2
+    if catch_up:  # simulated, not published: the calls (one state each) stay one per served deadline
+        assert stats["missed"] == 0 and stats["caught_up"] == passed and len(calls) == 50 - passed
+    else:
+        assert stats["caught_up"] == 0
     after = [(t - start) / 0.01 for t in calls[10:]]  # period indices of the calls after the overrun
     assert after[0] == pytest.approx(back, abs=0.3)
     # On the grid, lateness (time past the period's deadline) does not grow: a loop that slept a period after
