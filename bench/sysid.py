@@ -13,8 +13,9 @@ Figures: `gain_rel_err` (the largest relative stiffness error among identified a
 `latency_err_ms` (goal <= 2), `in_ci_share` (of the identified parameters whose 95% interval is narrower than 10% of
 the value, the share whose interval holds the truth; goal 1.0), `heldout_error_ratio` (the nominal model's held-out
 RMS joint error over the fitted one's; goal >= 5), `fit_s` (goal <= 180 on 2 cores). The twin runs in real time
-in Python: a period it misses leaves its physics behind the wall clock the recording is stamped with, so
-`twin_missed` and the shield's corrections are reported beside the figures. --quick: 6 s of excitation, 10
+in Python and simulates a period it was late for at once (up to max_catch_up_periods); `twin_missed` (periods beyond
+that, which leave its physics behind the wall clock the recording is stamped with) and the shield's corrections are
+reported beside the figures. --quick: 6 s of excitation, 10
 iterations. OVERRIDEs are robotrl-sysid's Hydra overrides (e.g. amplitude=0.15).
 """
 

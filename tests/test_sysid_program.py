@@ -48,10 +48,9 @@ def test_a_known_stiffness_and_latency_are_found_on_the_twin_and_refit_from_the_
     assert messages["/joint_states"] > 2.5 * RATE and messages["/forward_position_controller/commands"] > 2.5 * RATE
     overlay = load_overlay(tmp_path / "s" / "overlay.yaml")
     assert json.loads((tmp_path / "s" / "sysid.json").read_text())["values"] == summary["values"]
-    # the twin's 12 ms, less the period it stamps early (it simulates a period, then publishes the state stamped
-    # then; ros2_control would stamp the state read before the period), plus the loopback and a period's wait:
-    # 6.9 ms on a quiet machine, up to 28 ms where the in-process twin's threads wait at load 5
-    assert 0.004 <= summary["values"]["command_latency"] <= 0.030, summary
+    # the twin's 12 ms: 11.1 and 12.4 ms on a quiet 2-core machine, 15.1 ms with four busy processes beside it (the
+    # in-process twin's thread waits for the interpreter; 2026-11-28)
+    assert 0.008 <= summary["values"]["command_latency"] <= 0.020, summary["values"]
     assert summary["values"]["act2.kp"] == pytest.approx(TRUTH_KP, rel=0.1), summary
     assert overlay.parameters.keys() <= {"act2.kp", "command_latency"}
     assert summary["heldout_error_ratio"] > 1.5, summary  # the fitted model tracks the held-out motion better
