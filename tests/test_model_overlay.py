@@ -132,3 +132,27 @@ def test_an_overlay_of_another_robot_or_a_missing_file_is_refused(tmp_path):
         load_overlay(tmp_path / "nope.yaml")
     with pytest.raises(FileNotFoundError, match="sysid priors 'kuka': no file"):
         load_priors("kuka")
+
+
+def test_a_run_keeps_its_own_copy_of_the_overlay(tmp_path, overlay_file):
+    """The saved config names the run's copy: resuming, evaluating or exporting the run meets the dynamics it
+    trained on after the original is edited, and after the run directory moves."""
+    from omegaconf import OmegaConf
+
+    from robotrl.runtime.run_config import PINNED_OVERLAY, read_run_config, save_run_config
+
+    original = overlay_file.read_text()
+    run = tmp_path / "run"
+    run.mkdir()
+    save_run_config(OmegaConf.create({"task": {"name": "panda_reach", "model_overlay": str(overlay_file)}}), run)
+    assert OmegaConf.load(run / "config.yaml").task.model_overlay == PINNED_OVERLAY
+    overlay_file.write_text(original.replace("1600", "900"))  # the lab refits its robot
+    assert overlay_file.read_text() != original
+    moved = run.rename(tmp_path / "moved")
+    saved = read_run_config(moved)
+    assert saved.task.model_overlay == str(moved / PINNED_OVERLAY)
+    assert (moved / PINNED_OVERLAY).read_text() == original
+    save_run_config(saved, moved)  # as a resume saves it again: the copy stays the run's
+    assert (moved / PINNED_OVERLAY).read_text() == original
+    with pytest.raises(FileNotFoundError, match=r"task.model_overlay='/no/such.yaml': no such file"):
+        save_run_config(OmegaConf.create({"task": {"name": "panda_reach", "model_overlay": "/no/such.yaml"}}), run)

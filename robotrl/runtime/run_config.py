@@ -13,11 +13,33 @@ from robotrl.config import to_train_config
 from robotrl.core.durable import write_atomic
 from robotrl.runtime.learner_config import to_learner_config
 
+# A run's copy of its task.model_overlay: the saved config names it, so that resuming, evaluating or exporting the
+# run meets the dynamics it trained on even after the original file is edited, moved or deleted.
+PINNED_OVERLAY = "model_overlay.yaml"
+
 
 def save_run_config(cfg: DictConfig, run_dir: Path) -> None:
     """Write `run_dir/config.yaml`, resolved, atomically: it is rewritten on resume, and a half-written one would
-    leave a run that can be neither resumed, evaluated nor deployed."""
-    write_atomic(Path(run_dir) / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode("utf-8"))
+    leave a run that can be neither resumed, evaluated nor deployed. A model overlay is copied into the run
+    (`PINNED_OVERLAY`) and the saved config names the copy."""
+    run_dir = Path(run_dir)
+    cfg = _pin_overlay(cfg, run_dir)
+    write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode("utf-8"))
+
+
+def _pin_overlay(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    task = cfg.get("task")
+    source = task.get("model_overlay") if isinstance(task, DictConfig) else None
+    if not source:
+        return cfg
+    pinned = run_dir / PINNED_OVERLAY
+    if not Path(source).is_file():
+        raise FileNotFoundError(f"task.model_overlay={source!r}: no such file")
+    if Path(source).resolve() != pinned.resolve():
+        write_atomic(pinned, Path(source).read_bytes())
+    cfg = cfg.copy()
+    cfg.task.model_overlay = PINNED_OVERLAY
+    return cfg
 
 
 def run_config_file(run: str | Path, key: str = "run") -> Path:
@@ -36,6 +58,9 @@ def read_run_config(run: str | Path, key: str = "run") -> DictConfig:
     saved = OmegaConf.load(path)
     if isinstance(saved.get("agent"), DictConfig):
         saved.agent = nest_encoder_keys(OmegaConf.to_container(saved.agent), str(path))
+    task = saved.get("task")
+    if isinstance(task, DictConfig) and task.get("model_overlay") == PINNED_OVERLAY:
+        task.model_overlay = str(Path(run) / PINNED_OVERLAY)  # the run's own copy, wherever the run now lies
     return saved
 
 
