@@ -34,9 +34,12 @@ OBS_MODES = ("state", "pixels", "state+pixels")
 SIM_TIMESTEP = 0.002  # s: the scenes' physics step (<option timestep> of assets/panda.xml and hand4.xml)
 
 
-def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: bool = False) -> SimBackend:
+def make_backend(
+    kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: bool = False, physics_dt: float | None = None
+) -> SimBackend:
     """`pixels`: the task renders observations, which a backend without a renderer refuses at start-up. A
-    `num_envs` the machine cannot hold fails first, with the memory it would need (robotrl/tasks/memory.py)."""
+    `num_envs` the machine cannot hold fails first, with the memory it would need (robotrl/tasks/memory.py).
+    `physics_dt`: seconds per physics step, over the scene's own."""
     if kind not in BACKENDS:
         raise ValueError(f"task.backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
     check_num_envs_fits(kind, xml, num_envs)
@@ -44,11 +47,11 @@ def make_backend(kind: str, xml: Path, num_envs: int, threads: int = 1, pixels: 
         # lazy (start-up time): MuJoCo loads when a task is built, so a task's spec and score need no simulator
         from robotrl.tasks.mujoco_backend import MujocoBackend
 
-        return MujocoBackend(xml, num_envs, threads)
+        return MujocoBackend(xml, num_envs, threads, physics_dt)
     if kind == "genesis":
         from robotrl.tasks.genesis_backend import GenesisBackend  # lazy: the optional extra genesis
 
-        return GenesisBackend(xml, num_envs, pixels=pixels)
+        return GenesisBackend(xml, num_envs, pixels=pixels, physics_dt=physics_dt)
     raise AssertionError(kind)
 
 
@@ -68,12 +71,21 @@ class ArmTask(ABC):
     start_regions: ClassVar[dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
     # Goals reset_scene draws per episode with draw_goals; a robot env draws its episodes' goals the same way
     drawn_goals: tuple[str, ...] = ()
+    # The fewest physics steps per 40 ms control step (each 40 ms / n long) at which the scripted expert still
+    # succeeds and contacts sink at most 1 mm deeper on average than at the default 20 (bench/substeps.py,
+    # bench/results/substeps.jsonl line 1): a run that wants speed sets task.control_substeps=n
+    # task.physics_dt=0.04/n. 20: not measured lower (no scripted expert).
+    fewest_substeps: ClassVar[int] = 20
 
     def __init__(self, cfg: ArmTaskConfig, num_envs: int):
         if cfg.reward not in ("dense", "sparse"):
             raise ValueError(f"task.reward must be dense or sparse, got {cfg.reward!r}")
         if cfg.control_substeps < 1:
             raise ValueError(f"task.control_substeps must be >= 1, got {cfg.control_substeps}")
+        if cfg.physics_dt is not None and not (
+            isinstance(cfg.physics_dt, (int, float)) and math.isfinite(cfg.physics_dt) and 0 < cfg.physics_dt <= 0.02
+        ):
+            raise ValueError(f"task.physics_dt must be a number in (0, 0.02] seconds or null, got {cfg.physics_dt!r}")
         if cfg.episode_steps is not None and cfg.episode_steps < 1:
             raise ValueError(f"task.episode_steps must be >= 1, got {cfg.episode_steps}")
         for name in ("max_ee_step", "max_joint_step", "success_threshold"):
@@ -97,7 +109,9 @@ class ArmTask(ABC):
         self.episode_steps = cfg.episode_steps or self.default_episode_steps
         self.num_envs = num_envs
         self.robot = load_robot_spec(self.robot_name)
-        self.backend = make_backend(cfg.backend, ASSETS / self.scene, num_envs, cfg.sim_threads, cfg.obs != "state")
+        self.backend = make_backend(
+            cfg.backend, ASSETS / self.scene, num_envs, cfg.sim_threads, cfg.obs != "state", cfg.physics_dt
+        )
         self.device = self.backend.device  # where the state lives, and so the task's per-step math
         self.robot = self.robot.to(self.device)
         # the identified robot, written over the nominal model (its latency is the actuator model's to apply)
@@ -165,7 +179,7 @@ class ArmTask(ABC):
             # a task that never commands its gripper keeps it shut (the actuator's target stays 0: closed)
             gripper_hold=float(gripper.closed) if gripper is not None and not cls.has_gripper else None,
             episode_steps=cfg.episode_steps or cls.default_episode_steps,
-            policy_rate_hz=1.0 / (cfg.control_substeps * SIM_TIMESTEP),
+            policy_rate_hz=1.0 / (cfg.control_substeps * (cfg.physics_dt or SIM_TIMESTEP)),
             cameras=cameras,
             image_size=cfg.image_size if cameras else None,
             frame_stack=stack,

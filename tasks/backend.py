@@ -84,6 +84,12 @@ class SimBackend(ABC):
     physics_dt: float
     device: torch.device = torch.device("cpu")
 
+    def deepest_penetration(self) -> float | None:
+        """How deep, in metres, the deepest contact of any env penetrates now (0 without one); None where the backend
+        does not report contact distances. A longer physics step lets bodies sink further into each other before
+        the contact pushes back: tasks/expert_rollout.py reads it to judge a physics setting."""
+        return None
+
     @abstractmethod
     def joint_pos(self, joints: Sequence[str]) -> torch.Tensor:
         """[E, len(joints)] positions of hinge/slide joints."""

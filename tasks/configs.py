@@ -31,6 +31,10 @@ class ArmTaskConfig:
     reward: str = "dense"  # dense | sparse
     episode_steps: int | None = None  # None: the task's own default (reach 50, pick 100)
     control_substeps: int = 20  # physics steps per control step (0.002 s each: 25 Hz control)
+    # Seconds per physics step; null: the scene's own (0.002). The control period is control_substeps * physics_dt,
+    # so fewer, longer steps keep the policy's rate: bench/substeps.py finds per task the fewest at which the
+    # scripted expert still succeeds and contacts stay shallow (e.g. control_substeps=5 physics_dt=0.008).
+    physics_dt: float | None = None
     sim_threads: int = 1  # threads stepping the envs when num_envs > 1 (MuJoCo backend)
     max_ee_step: float = 0.05  # metres per control step at |action| = 1
     max_joint_step: float = 0.1  # radians per control step at |action| = 1 (joint_delta)

@@ -101,7 +101,7 @@ def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple], list[tuple[str
 
 
 class GenesisBackend(SimBackend):
-    def __init__(self, xml: str | Path, num_envs: int = 1, pixels: bool = False):
+    def __init__(self, xml: str | Path, num_envs: int = 1, pixels: bool = False, physics_dt: float | None = None):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if pixels:
@@ -116,6 +116,8 @@ class GenesisBackend(SimBackend):
         self.device = torch.device(gs.device)  # state stays there: the task's per-step math runs beside it
         self.model, parts, welds = _split_scene(Path(xml))
         self.num_envs = num_envs
+        if physics_dt is not None:
+            self.model.opt.timestep = physics_dt  # what the scene's dt and the model's consumers read
         self.physics_dt = float(self.model.opt.timestep)
         integrator = {
             int(mujoco.mjtIntegrator.mjINT_EULER): gs.integrator.Euler,

@@ -48,14 +48,17 @@ def scene_spec(xml: str | Path) -> mujoco.MjSpec:
 class MujocoBackend(SimBackend):
     """`threads` > 1 steps the envs on a thread pool (MuJoCo releases the GIL inside mj_step)."""
 
-    def __init__(self, xml: str | Path, num_envs: int = 1, threads: int = 1):
+    def __init__(self, xml: str | Path, num_envs: int = 1, threads: int = 1, physics_dt: float | None = None):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if threads < 1:
             raise ValueError(f"task.sim_threads must be >= 1, got {threads}")
         threads = min(threads, num_envs)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="mujoco") if threads > 1 else None
-        self.model = scene_spec(xml).compile()  # the nominal model
+        spec = scene_spec(xml)
+        if physics_dt is not None:
+            spec.option.timestep = physics_dt
+        self.model = spec.compile()  # the nominal model
         self.models = [self.model] * num_envs  # each env's model: the nominal one until set_physics writes its own
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         self._scratch = mujoco.MjData(self.model)  # mj_setConst's workspace, so no env's state is touched
@@ -178,6 +181,13 @@ class MujocoBackend(SimBackend):
                 f"MuJoCo simulation of env {i} diverged (NaN/Inf or huge values in qpos, qvel or qacc) "
                 f"at time {data.time:.3f} s; lower the timestep or the gains"
             )
+
+    def deepest_penetration(self) -> float:
+        deepest = 0.0
+        for data in self.datas:
+            if data.ncon:
+                deepest = max(deepest, -float(data.contact.dist[: data.ncon].min()))
+        return deepest
 
     def forward(self, env_ids=None) -> None:
         self._changed()

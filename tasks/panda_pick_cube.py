@@ -23,6 +23,7 @@ FINGER_PADS = ("left_pad", "right_pad")
 
 
 class PandaPickCube(ArmTask):
+    fewest_substeps = 5  # bench/substeps.py (2026-11-28): the expert and its contacts stay right
     scene = "panda_pick_cube.xml"
     has_gripper = True
     default_episode_steps = 100

@@ -64,6 +64,7 @@ def _in_workspace(xy: torch.Tensor) -> torch.Tensor:
 
 
 class PandaPush(ArmTask):
+    fewest_substeps = 5  # bench/substeps.py (2026-11-28): the expert and its contacts stay right
     scene = "panda_push.xml"
     default_episode_steps = 100
 

@@ -36,6 +36,7 @@ def draw_episode_goals(
 
 
 class PandaReach(ArmTask):
+    fewest_substeps = 2  # bench/substeps.py (2026-11-28): the expert and its contacts stay right
     scene = "panda_reach.xml"
 
     def __init__(self, cfg, num_envs: int):

@@ -267,3 +267,27 @@ def test_hand_settings_are_validated():
         _env("hand_reorient", goal_rotation="xy")
     with pytest.raises(ValueError, match=r"task\.rotation_threshold"):
         _env("hand_reorient", rotation_threshold=0.0)
+
+
+@pytest.mark.parametrize("name", EXPERT_TASK_NAMES)
+def test_the_fewest_substeps_keep_the_expert_succeeding_and_contacts_shallow(name):
+    """At its `fewest_substeps` (bench/substeps.py), each 40 ms / n long, a task's scripted expert succeeds as at the
+    default 20 and contacts sink at most 1 mm deeper on average; the policy's rate is the same."""
+    from robotrl.tasks import deploy_spec_for, task_class
+    from robotrl.tasks.expert_rollout import roll_out_expert
+
+    fewest = task_class(name).fewest_substeps
+    assert fewest < 20, f"{name}: measured, so below the default"
+    reference = roll_out_expert(TASK_CONFIGS[name](name=name), episodes=16)
+    fast_cfg = TASK_CONFIGS[name](name=name, control_substeps=fewest, physics_dt=0.04 / fewest)
+    assert deploy_spec_for(fast_cfg).policy_rate_hz == pytest.approx(25.0)
+    fast = roll_out_expert(fast_cfg, episodes=16)
+    assert not fast.diverged
+    assert fast.success_rate >= reference.success_rate - 1 / 16, (fast, reference)  # one episode of 16 at most
+    assert fast.mean_penetration_m <= reference.mean_penetration_m + 0.001, (fast, reference)
+
+
+def test_a_bad_physics_step_is_refused_by_name():
+    for bad in (0.0, -0.002, float("nan"), 0.05):
+        with pytest.raises(ValueError, match=r"task.physics_dt must be a number in \(0, 0.02\] seconds or null"):
+            make_task(TASK_CONFIGS["panda_reach"](name="panda_reach", physics_dt=bad))
