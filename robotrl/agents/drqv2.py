@@ -132,7 +132,6 @@ class DrQv2(Agent):
         self.register_buffer("env_steps", torch.zeros((), dtype=torch.long))
         # this update's behaviour-cloning weight, filled before each update (a CUDA graph reads it in place)
         self.register_buffer("_bc_weight", torch.zeros(()), persistent=False)
-        self._clones = cfg.bc_weight > 0 or bool(cfg.bc_weight_final)
         self.to(device)
         dev = torch.device(device)
         graphs = cfg.compile and dev.type == "cuda"  # the whole update as one CUDA graph (agents/compiled.py)
@@ -191,12 +190,13 @@ class DrQv2(Agent):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """A critic (and encoder) step on augmented observations, then an actor step on detached features."""
         cfg = self.cfg
-        self._bc_weight.fill_(bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates))
-        metrics = self._step(batch)
+        bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
+        self._bc_weight.fill_(bc_weight)
+        metrics = self._step(batch, bc_weight > 0)
         self.num_updates += 1
         return metrics
 
-    def _update_step(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def _update_step(self, batch: Batch, cloning: bool) -> dict[str, torch.Tensor]:
         """The whole update on the device: what `agent.compile` captures as one CUDA graph."""
         std = self._std()
         self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
@@ -208,7 +208,8 @@ class DrQv2(Agent):
         # the actor ascends a fixed critic: its weights are switched out of autograd for this step, so no
         # critic weight gradients (the trunk's alone is [feature_dim, 39,200]) are computed and thrown away
         self.critic.requires_grad_(False)
-        actor_loss, bc_loss = self._actor_losses(batch, image.detach(), None if state is None else state.detach(), std)
+        state = None if state is None else state.detach()
+        actor_loss, bc_loss = self._actor_losses(batch, image.detach(), state, std, cloning)
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.critic.requires_grad_(True)
@@ -244,15 +245,16 @@ class DrQv2(Agent):
         return critic_loss, q.detach().mean(), image, state
 
     def _actor_loss(
-        self, batch: Batch, image: torch.Tensor, state: torch.Tensor | None, std: torch.Tensor
+        self, batch: Batch, image: torch.Tensor, state: torch.Tensor | None, std: torch.Tensor, cloning: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The actor's loss against the (fixed) critic, and its behaviour-cloning term where it has one."""
+        """The actor's loss against the (fixed) critic, and its behaviour-cloning term where it has one (`cloning`:
+        this update's weight, `_bc_weight`, is above 0)."""
         with self._autocast():
             mean = self.actor(image, state).float()
             actor_q = full_precision_min(self.critic(image, state, self._perturb(mean, std, straight_through=True)))
             actor_loss = -actor_q.mean()
             bc_loss = None
-            if self._clones and batch.demo is not None:
+            if cloning and batch.demo is not None:
                 bc_loss = behaviour_cloning_loss(mean, batch.action, batch.demo)
                 actor_loss = actor_loss + self._bc_weight * bc_loss
         return actor_loss, bc_loss

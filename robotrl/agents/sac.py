@@ -212,9 +212,6 @@ class SAC(Agent):
         self._target_params = list(self.target_critic.parameters())
         self.num_updates = 0
         self._imitating = False  # pretrain_update: the actor clones the demos, with its entropy term
-        # Behaviour cloning at any point of its schedule; the weight itself is a device tensor filled before
-        # each update, so a compiled update (a CUDA graph) reads this update's value, not its capture's.
-        self._clones = cfg.bc_weight > 0 or bool(cfg.bc_weight_final)
         self._autocast = mixed_precision(cfg.precision, dev)
         self._last_actor_metrics: dict[str, torch.Tensor] = {}
         self._losses = self._sum_of_losses
@@ -272,17 +269,20 @@ class SAC(Agent):
         """
         cfg = self.cfg
         update_actor = (self.num_updates + 1) % cfg.actor_update_interval == 0
-        self._bc_weight.fill_(bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates))
-        metrics = self._step(batch, update_actor, self._imitating)
+        # the weight is a device tensor, so a compiled update (a CUDA graph) reads this update's value, not its
+        # capture's; whether to clone at all selects the program
+        bc_weight = bc_weight_at(cfg.bc_weight, cfg.bc_weight_final, cfg.bc_decay_updates, self.num_updates)
+        self._bc_weight.fill_(bc_weight)
+        metrics = self._step(batch, update_actor, self._imitating, bc_weight > 0)
         self.num_updates += 1
         if update_actor:
             self._last_actor_metrics = {k: v for k, v in metrics.items() if k not in CRITIC_METRICS}
         return {**{k: metrics[k] for k in CRITIC_METRICS}, **self._last_actor_metrics}
 
-    def _update_step(self, batch: Batch, update_actor: bool, imitating: bool) -> dict[str, torch.Tensor]:
+    def _update_step(self, batch: Batch, update_actor: bool, imitating: bool, cloning: bool) -> dict[str, torch.Tensor]:
         """The whole update on the device: what `agent.compile` captures as one CUDA graph."""
         self.encoder.observe(batch.obs)  # nothing without agent.obs_norm
-        loss, metrics = self._losses(batch, update_actor, imitating)
+        loss, metrics = self._losses(batch, update_actor, imitating, cloning)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -290,7 +290,7 @@ class SAC(Agent):
         return metrics
 
     def _sum_of_losses(
-        self, batch: Batch, update_actor: bool, imitating: bool
+        self, batch: Batch, update_actor: bool, imitating: bool, cloning: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The critics', the actor's and the temperature's losses summed, and their metrics (what `agent.compile`
         runs under torch.compile)."""
@@ -311,7 +311,7 @@ class SAC(Agent):
             metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.mean()}
             if update_actor:  # an encoder with weights (pixels) learns only through the critic
                 actor_loss, log_prob, extra = self._actor_loss(
-                    features.detach(), alpha, batch, next_features, imitating
+                    features.detach(), alpha, batch, next_features, imitating, cloning
                 )
                 loss = loss + actor_loss
                 metrics.update(actor_loss=actor_loss.detach(), entropy=-log_prob.mean(), alpha=alpha, **extra)
@@ -392,9 +392,11 @@ class SAC(Agent):
         batch: Batch,
         next_features: torch.Tensor,
         imitating: bool = False,
+        cloning: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """The actor's loss, its log-probabilities (detached) and the optional terms' values for logging
-        (`bc_loss`, `smoothness_loss`). `imitating`: pretrain_update's loss, without the critic's term."""
+        (`bc_loss`, `smoothness_loss`). `imitating`: pretrain_update's loss, without the critic's term; `cloning`:
+        this update's behaviour-cloning weight (`_bc_weight`) is above 0."""
         policy = self.actor(features)
         action, log_prob = policy.rsample_with_log_prob()
         cfg = self.cfg
@@ -412,7 +414,7 @@ class SAC(Agent):
             q = q * (cfg.q_normalize / q.detach().abs().mean().clamp_min(Q_SCALE_FLOOR))
         actor_loss = (alpha * log_prob - q).mean()
         extra: dict[str, torch.Tensor] = {}
-        if self._clones and batch.demo is not None:
+        if cloning and batch.demo is not None:
             recorded, demo = self.policy_action(batch), batch.demo
             if self.cfg.bc_q_filter:
                 demo = demo & self._prefers_recorded(features, recorded, policy.mode.detach())
