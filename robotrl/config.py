@@ -74,6 +74,10 @@ class TrainConfig:
     log_interval: int = 1_000
     eval_interval: int = 10_000
     eval_episodes: int = 10
+    # Envs the periodic evaluation runs at once, each one episode per round (eval_episodes a multiple of it): with
+    # thousands of training envs on a GPU, 256 evaluation episodes take one episode's time. 1: one env, episodes in
+    # turn, the first filmed (video).
+    eval_envs: int = 1
     checkpoint_interval: int = 10_000
     checkpoint_replay: bool = True
     keep_checkpoints: int = 2
@@ -104,6 +108,7 @@ class TrainConfig:
             "log_interval",
             "eval_interval",
             "eval_episodes",
+            "eval_envs",
             "checkpoint_interval",
             "keep_checkpoints",
         ):
@@ -119,6 +124,11 @@ class TrainConfig:
             )
         if not (math.isfinite(self.her_ratio) and 0.0 <= self.her_ratio <= 1.0):
             raise ValueError(f"her_ratio must be in [0, 1], got {self.her_ratio}")
+        if self.eval_envs > 1 and self.eval_episodes % self.eval_envs:
+            raise ValueError(
+                f"eval_episodes ({self.eval_episodes}) must be a multiple of eval_envs ({self.eval_envs}): each env "
+                "runs one episode per round"
+            )
         _check_device(self.device)
         _check_backend("backend", self.backend, self.task)
         if self.backend is not None:

@@ -83,6 +83,56 @@ def evaluate(
     return out
 
 
+def evaluate_batched(agent: Agent, env: VecEnv, episodes: int, seed: int) -> dict[str, float]:
+    """Run `episodes` deterministic episodes on `env`'s envs at once, one per env and round (`episodes` a multiple
+    of `env.num_envs`), and average them: the evaluation of runs with thousands of envs (hundreds of episodes in
+    an episode's time). Each env's episode after its first end is not counted: the env auto-resets and runs on,
+    ignored, until every env of the round has ended. No video: `evaluate` films one env."""
+    if episodes < 1 or episodes % env.num_envs:
+        raise ValueError(f"episodes ({episodes}) must be a positive multiple of the evaluation's {env.num_envs} envs")
+    returns, lengths, successes, steps_to_success = [], [], [], []
+    smoothness = ActionSmoothness()
+    device = agent.device
+    for round_ in range(episodes // env.num_envs):
+        obs = env.reset(seed=seed + round_)
+        agent.reset_evaluation(env.num_envs)
+        running = torch.ones(env.num_envs, dtype=torch.bool)
+        ep_return = torch.zeros(env.num_envs)
+        ep_len = torch.zeros(env.num_envs, dtype=torch.long)
+        first_success = torch.zeros(env.num_envs, dtype=torch.long)  # the step of the first success; 0: none yet
+        starts = torch.ones(env.num_envs, dtype=torch.bool)
+        while running.any():
+            action = agent.act({k: v.to(device) for k, v in obs.items()}, deterministic=True).cpu()
+            smoothness.add(action, starts)  # an auto-reset env's next episode too: real actions, a new segment
+            result = env.step(action)
+            ended = starts = result.terminated | result.truncated
+            agent.advance_evaluation(ended)
+            ep_return += torch.where(running, result.reward.float(), 0.0)
+            ep_len += running.long()
+            if env.has_success:
+                first = running & result.success & (first_success == 0)
+                first_success[first] = ep_len[first]
+            running &= ~ended
+            obs = result.obs
+        returns.append(ep_return)
+        lengths.append(ep_len.float())
+        successes.append(first_success > 0)
+        steps_to_success.append(first_success[first_success > 0].float())
+    all_returns = torch.cat(returns)
+    out = {
+        "return": float(all_returns.mean()),
+        "return_std": float(all_returns.std(correction=0)),
+        "length": float(torch.cat(lengths).mean()),
+    }
+    if env.has_success:
+        out["success"] = float(torch.cat(successes).float().mean())
+        reached = torch.cat(steps_to_success)
+        if len(reached):
+            out["steps_to_success"] = float(reached.mean())
+    out.update(smoothness.flush())
+    return out
+
+
 def _grab(env: VecEnv, frames: list[np.ndarray]) -> bool:
     try:
         frames.append(env.render())

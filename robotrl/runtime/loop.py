@@ -33,7 +33,7 @@ from robotrl.runtime.assembly import (
     seed_everything,
 )
 from robotrl.runtime.checkpoint import kept_checkpoint_note, latest_checkpoint, load_checkpoint, save_checkpoint
-from robotrl.runtime.evaluate import evaluate
+from robotrl.runtime.evaluate import evaluate, evaluate_batched
 from robotrl.runtime.metrics import MetricsWriter, NonFiniteError, UpdateMetrics
 from robotrl.runtime.plot import plot_learning_curve
 from robotrl.runtime.progress import Progress
@@ -126,10 +126,14 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     def run_eval(step: int, video: bool) -> dict[str, float]:
         nonlocal eval_env
         if eval_env is None:
-            eval_env = make_training_env(cfg, num_envs=1, render=cfg.video)
+            eval_env = make_training_env(cfg, num_envs=cfg.eval_envs, render=cfg.video and cfg.eval_envs == 1)
             add_actuation(eval_env, ActuationConfig(), cfg.seed)  # a model overlay's identified latency only
-        video_path = run_dir / "videos" / f"eval_step_{step:09d}.mp4" if video and cfg.video else None
-        result = evaluate(agent, eval_env, cfg.eval_episodes, seed=cfg.seed + 10_000 + step, video_path=video_path)
+        video_path = None
+        if cfg.eval_envs > 1:  # batched, unfilmed
+            result = evaluate_batched(agent, eval_env, cfg.eval_episodes, seed=cfg.seed + 10_000 + step)
+        else:
+            video_path = run_dir / "videos" / f"eval_step_{step:09d}.mp4" if video and cfg.video else None
+            result = evaluate(agent, eval_env, cfg.eval_episodes, seed=cfg.seed + 10_000 + step, video_path=video_path)
         result["wall_s"] = time.perf_counter() - start_time  # since this process started training
         counters["evals"] += 1
         writer.write(step, {f"eval/{k}": v for k, v in result.items()})
