@@ -168,7 +168,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
     agent.reset_exploration(cfg.num_envs)  # every env starts an episode here (also after a resume)
     episode_start = torch.ones(cfg.num_envs, dtype=torch.bool)
     first_add = True
-    last_log_time, last_log_step = time.perf_counter(), step
+    last_log_time, last_log_step, last_log_updates = time.perf_counter(), step, agent.num_updates
     try:
         while step < cfg.total_steps:
             if step < cfg.learning_starts and not pretrained:
@@ -212,8 +212,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
                 if isinstance(replay, MixedReplay):
                     scalars["hil/offline_ratio"] = replay.offline_ratio
                     scalars["hil/offline_transitions"] = float(len(replay.offline))
-                scalars["time/env_steps_per_s"] = (step - last_log_step) / max(now - last_log_time, 1e-9)
-                last_log_time, last_log_step = now, step
+                elapsed = max(now - last_log_time, 1e-9)
+                scalars["time/env_steps_per_s"] = (step - last_log_step) / elapsed
+                scalars["time/updates_per_s"] = (agent.num_updates - last_log_updates) / elapsed
+                last_log_time, last_log_step, last_log_updates = now, step, agent.num_updates
                 writer.write(step, scalars)
                 progress.show_train(scalars)
             if _crossed(prev, step, cfg.eval_interval) and step < cfg.total_steps:
