@@ -141,6 +141,10 @@ class ActorConfig:
         self.hil.validate()
         self.robot.validate()
         self.randomization.validate()
+        if self.randomization.privileged:
+            raise ValueError(
+                "randomization.privileged=true is robotrl-train's (its learner would need the entry too): set it false"
+            )
         self.actuation.validate()
         self.sensing.validate()
         if getattr(self.task, "name", None) == "gym" and self.randomization.terms:

@@ -137,6 +137,11 @@ class TrainConfig:
             _check_backend("task.backend", self.task.backend, self.task)
         self.hil.validate()
         self.randomization.validate()
+        if self.randomization.privileged and self.hil.demos:
+            raise ValueError(
+                "randomization.privileged=true gives the critic the physics each episode ran with, which recorded "
+                f"demonstrations (hil.demos={self.hil.demos!r}) do not carry: train without one or the other"
+            )
         self.actuation.validate()
         self.sensing.validate()
         if getattr(self.task, "name", None) == "gym":

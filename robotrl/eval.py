@@ -24,7 +24,14 @@ from robotrl.agents import make_agent
 from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import EvalConfig, register_configs, strict_object
 from robotrl.core.durable import write_atomic
-from robotrl.runtime.assembly import add_actuation, add_randomization, add_sensing, make_training_env, resolve_device
+from robotrl.runtime.assembly import (
+    add_actuation,
+    add_randomization,
+    add_sensing,
+    make_training_env,
+    privileged_entry,
+    resolve_device,
+)
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from robotrl.runtime.evaluate import evaluate
 from robotrl.runtime.run_config import load_run_config, run_config_file
@@ -41,7 +48,8 @@ def run(cfg: EvalConfig, out_dir: Path) -> dict[str, float]:
     add_randomization(env, cfg.randomization, cfg.seed, out_dir / "randomization.jsonl")
     add_actuation(env, cfg.actuation, cfg.seed)
     env = add_sensing(env, cfg.sensing, cfg.seed)
-    agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, resolve_device(cfg.device))
+    spec = {**env.obs_spec, **privileged_entry(run_dir)}  # the trained critic's input, for its weights to load
+    agent = make_agent(train_cfg.agent, spec, env.action_dim, resolve_device(cfg.device))
     ckpt = latest_checkpoint(run_dir / "checkpoints")
     load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
     agent.eval()

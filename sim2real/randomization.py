@@ -101,10 +101,19 @@ class RandomizationTerm:
 class RandomizationConfig:
     name: str = "none"  # the preset this came from (configs/randomization/<name>.yaml), for the run's records
     terms: dict[str, RandomizationTerm] = field(default_factory=dict)  # none: the nominal model, unchanged
+    # An asymmetric critic: SAC's critic also reads every term's values in force (an observation entry the actor
+    # never sees, sim2real/privileged.py), so it judges each episode under the physics drawn for it rather than
+    # their average. robotrl-train with agent=sac only; a deployed policy needs nothing more.
+    privileged: bool = False
 
     def validate(self) -> None:
         for key, term in self.terms.items():
             term.validate(f"randomization.terms.{key}")
+        if self.privileged and not self.terms:
+            raise ValueError(
+                f"randomization.privileged=true gives the critic the drawn physics, and randomization={self.name} "
+                "draws none: choose a preset with terms (default, wide)"
+            )
 
 
 @dataclass(frozen=True)
@@ -230,6 +239,29 @@ class PhysicsRandomizer:
     def values(self) -> dict[str, torch.Tensor]:
         """Each term's values in force, [E, n, *shape] float64, by term key."""
         return {term.key: term.values.clone() for term in self.terms}
+
+    def value_names(self) -> list[str]:
+        """What each column of `relative_values` is: `<term>.<name>`, with `[i]` per component of a vector value."""
+        names = []
+        for term in self.terms:
+            components = math.prod(term.nominal.shape[1:])
+            for name in term.names:
+                names += (
+                    [f"{term.key}.{name}"]
+                    if components == 1
+                    else [f"{term.key}.{name}[{i}]" for i in range(components)]
+                )
+        return names
+
+    def relative_values(self) -> torch.Tensor:
+        """[E, P] float32: every value in force as its change from nominal (value / nominal - 1), or the value
+        itself where the nominal is 0 (a joint friction of a frictionless model): 0 means nominal physics."""
+        columns = []
+        for term in self.terms:
+            nominal = term.nominal.expand_as(term.values)
+            relative = torch.where(nominal != 0, term.values / torch.where(nominal != 0, nominal, 1.0) - 1, term.values)
+            columns.append(relative.reshape(self.num_envs, -1))
+        return torch.cat(columns, dim=1).float()
 
     def on_reset(self, env_ids: torch.Tensor) -> None:
         """Before the task places the scene of `env_ids`: the start-up draws once (all envs), then the reset draws."""

@@ -16,7 +16,7 @@ import torch
 
 from robotrl.agents.base import Agent, behaviour_cloning_loss, check_finite, check_layer_widths, make_adam
 from robotrl.agents.config import AgentConfig
-from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
+from robotrl.core.spec import PRIVILEGED, ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
 from robotrl.nn import StateEncoder, mlp
 from robotrl.nn.augment import shift_images
@@ -39,6 +39,11 @@ class BCConfig(AgentConfig):
 
 class BC(Agent):
     def __init__(self, cfg: BCConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
+        if PRIVILEGED in obs_spec:
+            raise ValueError(
+                "agent=bc has no privileged critic input (randomization.privileged=true): use agent=sac, or "
+                "set randomization.privileged=false"
+            )
         super().__init__()
         cfg.validate()
         self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim

@@ -32,7 +32,7 @@ import torch
 
 from robotrl.agents.base import masked_mean
 from robotrl.agents.sac import SAC, SACConfig, TanhGaussianActor
-from robotrl.core.spec import ObsSpec, check_obs
+from robotrl.core.spec import PRIVILEGED, ObsSpec, check_obs
 from robotrl.data.replay import Batch, SequenceBatch
 from robotrl.nn import TanhNormal
 from robotrl.nn.chunk_execution import EXECUTIONS, ChunkExecution
@@ -138,6 +138,11 @@ class ChunkCritic(SAC):
     chunks one env step at a time."""
 
     def __init__(self, cfg: ChunkConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
+        if PRIVILEGED in obs_spec:
+            raise ValueError(
+                "agent=chunk has no privileged critic input (randomization.privileged=true): use agent=sac, or "
+                "set randomization.privileged=false"
+            )
         super().__init__(cfg, obs_spec, cfg.chunk_len * action_dim, device)  # validates; the critic sees chunks
         self.action_dim = action_dim  # what the env takes per step
         self.chunk_len, self.plan_len = cfg.chunk_len, cfg.plan_len

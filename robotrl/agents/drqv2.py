@@ -30,7 +30,7 @@ from robotrl.agents.base import (
 )
 from robotrl.agents.compiled import CompiledFunction, GraphedStep
 from robotrl.agents.config import AgentConfig
-from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
+from robotrl.core.spec import PRIVILEGED, ObsSpec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
 from robotrl.nn.augment import shift_images
 from robotrl.nn.encoders import ImageTrunk, PixelEncoder
@@ -113,6 +113,11 @@ def clipped_noise(shape, std: float | torch.Tensor, clip: float, device) -> torc
 
 class DrQv2(Agent):
     def __init__(self, cfg: DrQv2Config, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
+        if PRIVILEGED in obs_spec:
+            raise ValueError(
+                "agent=drqv2 has no privileged critic input (randomization.privileged=true): use agent=sac, or "
+                "set randomization.privileged=false"
+            )
         super().__init__()
         cfg.validate()
         if not pixel_keys(obs_spec):

@@ -25,10 +25,11 @@ from robotrl.agents.base import (
 )
 from robotrl.agents.compiled import CompiledFunction, GraphedStep
 from robotrl.agents.config import AgentConfig
-from robotrl.core.spec import ObsSpec, check_obs, pixel_keys
+from robotrl.core.spec import PRIVILEGED, ObsSpec, actor_spec, check_obs, pixel_keys
 from robotrl.data.replay import Batch
 from robotrl.nn import GSDE, EnsembleMLP, GSDENoise, StateEncoder, TanhNormal, mlp
 from robotrl.nn.augment import shift_images
+from robotrl.nn.encoders import WithPrivileged
 from robotrl.nn.mlp import full_precision
 
 EXPLORATIONS = ("gaussian", "gsde")
@@ -134,14 +135,22 @@ class SACConfig(AgentConfig):
             )
 
 
+def actor_observation(obs: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """`obs` without a privileged entry (a training env's observation has one where the critic reads the drawn
+    physics): what an actor acts on."""
+    return obs if PRIVILEGED not in obs else {key: value for key, value in obs.items() if key != PRIVILEGED}
+
+
 class TanhGaussianActor(nn.Module):
     def __init__(self, in_dim: int, hidden: list[int], action_dim: int, log_std_min: float, log_std_max: float):
         super().__init__()
         self.net = mlp(in_dim, hidden, 2 * action_dim)
+        self.in_dim = in_dim
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
 
     def forward(self, features: torch.Tensor) -> TanhNormal:
-        mean, raw_log_std = self.net(features).chunk(2, dim=-1)
+        # the critic's features may go on with a privileged entry (WithPrivileged): the actor reads its own
+        mean, raw_log_std = self.net(features[..., : self.in_dim]).chunk(2, dim=-1)
         # Smoothly bounded log-std (as in DrQ/SERL) keeps gradients alive at the bounds.
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw_log_std) + 1)
         return TanhNormal(mean, log_std)
@@ -153,12 +162,13 @@ class GSDEActor(nn.Module):
     def __init__(self, in_dim: int, hidden: list[int], action_dim: int, cfg: SACConfig):
         super().__init__()
         self.net = mlp(in_dim, hidden, action_dim)
+        self.in_dim = in_dim
         latent_dim = hidden[-1] if hidden else in_dim
         self.gsde = GSDE(latent_dim, action_dim, cfg.full_std, cfg.use_expln, cfg.learn_features, cfg.log_std_init)
         self.clip_mean = cfg.clip_mean
 
     def latent_and_mean(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        latent = self.net.hidden(features)
+        latent = self.net.hidden(features[..., : self.in_dim])  # without any privileged entry (WithPrivileged)
         mean = full_precision(self.net.head, latent)
         if self.clip_mean:
             mean = mean.clamp(-self.clip_mean, self.clip_mean)
@@ -179,14 +189,19 @@ class SAC(Agent):
     def __init__(self, cfg: SACConfig, obs_spec: ObsSpec, action_dim: int, device: str | torch.device = "cpu"):
         super().__init__()
         cfg.validate()
-        self.cfg, self.obs_spec, self.action_dim = cfg, dict(obs_spec), action_dim
-        self.pixel_keys = pixel_keys(obs_spec)
+        self.cfg, self.action_dim = cfg, action_dim
+        # An asymmetric critic: a privileged entry (the drawn physics, sim2real/privileged.py) is appended to the
+        # critic's features; the actor, and so `act` and an exported policy, never sees it.
+        self.privileged_dim = obs_spec[PRIVILEGED].shape[0] if PRIVILEGED in obs_spec else 0
+        self.obs_spec = actor_spec(obs_spec)
+        self.pixel_keys = pixel_keys(self.obs_spec)
         if self.pixel_keys:
-            self.encoder = cfg.encoder.image_state_encoder(obs_spec, cfg.obs_norm)
+            encoder = cfg.encoder.image_state_encoder(self.obs_spec, cfg.obs_norm)
         else:
-            self.encoder = StateEncoder(obs_spec, cfg.obs_norm)
-        feat = self.encoder.out_dim
-        self.actor = self._make_actor(feat, action_dim)
+            encoder = StateEncoder(self.obs_spec, cfg.obs_norm)
+        self.encoder = WithPrivileged(encoder, self.privileged_dim) if self.privileged_dim else encoder
+        feat = self.encoder.out_dim  # the critic's: the actor's features, then any privileged entry
+        self.actor = self._make_actor(encoder.out_dim, action_dim)
         # gSDE's per-env noise matrices on the actor's clock; not module state (never checkpointed: a
         # resumed run draws fresh ones, as its envs restart from a reset).
         self.exploration: GSDENoise | None = None
@@ -245,6 +260,7 @@ class SAC(Agent):
     def act(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         """Actions in (-1, 1). Stochastic gsde actions use the held noise matrix of each env (row e of
         `obs` is env e); without a `reset_exploration` call first, one is made for this batch size."""
+        obs = actor_observation(obs)
         check_obs(self.obs_spec, obs)
         with self._autocast():
             features = self.encoder(obs)

@@ -25,6 +25,15 @@ class TensorSpec:
 
 ObsSpec = Mapping[str, TensorSpec]
 
+# An observation entry for the critic alone (sim2real/privileged.py): the physics an env runs with, which a robot
+# does not observe. Agents act without it, and a deployed policy never has one.
+PRIVILEGED = "privileged"
+
+
+def actor_spec(obs_spec: ObsSpec) -> dict[str, TensorSpec]:
+    """`obs_spec` without its privileged entry: what an agent acts on."""
+    return {key: spec for key, spec in obs_spec.items() if key != PRIVILEGED}
+
 
 def check_obs(obs_spec: ObsSpec, obs: Mapping[str, torch.Tensor], batch_dims: int = 1) -> None:
     """Validate an observation dict against its spec, naming the first key that does not fit."""

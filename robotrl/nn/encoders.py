@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from robotrl.core.spec import ObsSpec, pixel_keys
+from robotrl.core.spec import PRIVILEGED, ObsSpec, pixel_keys
 from robotrl.nn.normalizer import RunningNormalizer
 
 
@@ -164,3 +164,23 @@ class ImageStateEncoder(nn.Module):
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return self.trunk(self.pixels(obs), self.pixels.state_features(obs))
+
+
+class WithPrivileged(nn.Module):
+    """`encoder`'s features, followed by the privileged entry (core/spec.py: PRIVILEGED) where an observation has
+    one: the critic's input. Acting, the observation has none and the features are the actor's alone."""
+
+    def __init__(self, encoder: nn.Module, privileged_dim: int):
+        super().__init__()
+        self.base, self.privileged_dim = encoder, privileged_dim
+        self.actor_dim = encoder.out_dim
+        self.out_dim = encoder.out_dim + privileged_dim
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        features = self.base(obs)
+        if PRIVILEGED not in obs:
+            return features
+        return torch.cat([features, obs[PRIVILEGED].to(features.dtype)], dim=-1)
+
+    def observe(self, obs: Mapping[str, torch.Tensor]) -> None:
+        self.base.observe(obs)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +14,9 @@ import numpy as np
 import torch
 
 from robotrl.config import TrainConfig
+from robotrl.core.durable import write_atomic
 from robotrl.core.memory import check_fits
-from robotrl.core.spec import pixel_keys
+from robotrl.core.spec import PRIVILEGED, TensorSpec, pixel_keys
 from robotrl.data.frame_replay import replay_buffer_for
 from robotrl.data.hindsight import Hindsight
 from robotrl.data.mixer import MixedReplay, RatioSchedule
@@ -23,6 +25,7 @@ from robotrl.hil.scripted_operator import find_task
 from robotrl.hil.setup import ends_at_success
 from robotrl.runtime.frame_stack import FrameStack
 from robotrl.sim2real.actuation import ActuationConfig, DelayedActuation
+from robotrl.sim2real.privileged import PrivilegedObs
 from robotrl.sim2real.randomization import PhysicsRandomizer, RandomizationConfig, RandomizationTargets
 from robotrl.sim2real.sensing import SensingConfig, SensorModel
 from robotrl.tasks import make_env
@@ -121,6 +124,27 @@ def add_randomization(env, cfg: RandomizationConfig, seed: int, log: Path | None
     randomizer = PhysicsRandomizer(cfg, sim.task.backend, RandomizationTargets.of_task(sim.task), seed, log)
     sim.add_events(randomizer)
     return randomizer
+
+
+PRIVILEGED_FILE = "privileged.json"  # a run's record of its critic's privileged entry: the names of its columns
+
+
+def add_privileged(env, randomizer: PhysicsRandomizer | None, run_dir: Path) -> PrivilegedObs:
+    """`env` with the drawn physics as a privileged observation entry (randomization.privileged), its columns' names
+    written to `run_dir`: evaluation and export rebuild the critic's input size from them."""
+    if randomizer is None:
+        raise ValueError("randomization.privileged=true needs a randomization preset with terms")
+    wrapped = PrivilegedObs(env, randomizer)
+    write_atomic(Path(run_dir) / PRIVILEGED_FILE, json.dumps({"names": wrapped.names}, indent=1).encode())
+    return wrapped
+
+
+def privileged_entry(run_dir: Path) -> dict[str, TensorSpec]:
+    """The privileged entry the run's critic was trained with (PRIVILEGED_FILE), or {} for a run without one."""
+    path = Path(run_dir) / PRIVILEGED_FILE
+    if not path.is_file():
+        return {}
+    return {PRIVILEGED: TensorSpec((len(json.loads(path.read_text())["names"]),))}
 
 
 def add_actuation(env, cfg: ActuationConfig, seed: int) -> DelayedActuation | None:

@@ -24,6 +24,7 @@ from robotrl.runtime.allocator import retain_freed_memory
 from robotrl.runtime.assembly import (
     EpisodeStats,
     add_actuation,
+    add_privileged,
     add_randomization,
     add_sensing,
     frame_stack_of,
@@ -83,9 +84,11 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, fl
 
     terminate_on_success = ends_at_success(cfg.task)
     env = make_training_env(cfg, cfg.num_envs, task=env_task(cfg.task, cfg.hil))
-    add_randomization(env, cfg.randomization, cfg.seed, run_dir / "randomization.jsonl")
+    randomizer = add_randomization(env, cfg.randomization, cfg.seed, run_dir / "randomization.jsonl")
     add_actuation(env, cfg.actuation, cfg.seed)
     env = add_sensing(env, cfg.sensing, cfg.seed)
+    if cfg.randomization.privileged:  # after the sensor model: the critic's input is the truth, not a sensor's
+        env = add_privileged(env, randomizer, run_dir)
     env = wrap_for_hil(env, cfg.hil, terminate_on_success)
     agent = make_agent(cfg.agent, env.obs_spec, env.action_dim, device)
     replay = make_replay(cfg, env, agent.replay_n_step, device)

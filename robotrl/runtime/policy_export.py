@@ -52,6 +52,7 @@ from robotrl.core.policy_bundle import (
     BundleManifest,
     load_bundle,
 )
+from robotrl.runtime.assembly import privileged_entry
 from robotrl.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from robotrl.runtime.run_config import load_run_config, run_config_file
 from robotrl.tasks import deploy_spec_for
@@ -149,7 +150,8 @@ def load_exportable(run: str | Path, checkpoint: str | None = None) -> tuple[nn.
         )
     spec, spec_bytes = run_deploy_spec(run_dir, train_cfg)
     ckpt = _checkpoint_path(run_dir, checkpoint)
-    agent = make_agent(train_cfg.agent, spec.obs_spec(), spec.action_dim, torch.device("cpu"))
+    obs_spec = {**spec.obs_spec(), **privileged_entry(run_dir)}  # the critic's input, for its weights to load
+    agent = make_agent(train_cfg.agent, obs_spec, spec.action_dim, torch.device("cpu"))
     load_checkpoint(ckpt, agent, replay=None, restore_rng=False)
     agent.eval()
     return agent, spec, spec_bytes, ckpt, name
