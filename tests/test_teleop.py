@@ -101,9 +101,9 @@ def test_teleop_command_validates_its_fields():
 
 
 def test_make_teleop_errors_list_the_kinds():
-    with pytest.raises(ValueError, match=r"unknown teleop kind 'joystick'; available: gamepad, keyboard, spacemouse"):
+    with pytest.raises(ValueError, match=r"kind 'joystick'; available: gamepad, joy, keyboard, spacemouse, twist"):
         make_teleop("joystick")
-    with pytest.raises(ValueError, match=r"scripted.*needs an env.*gamepad, keyboard, spacemouse"):
+    with pytest.raises(ValueError, match=r"scripted.*needs an env.*gamepad, joy, keyboard, spacemouse, twist"):
         make_teleop("scripted")
     with pytest.raises(ValueError, match="unknown teleop kind"):
         make_teleop(["keyboard"])

@@ -9,13 +9,18 @@ from dataclasses import dataclass, field
 from robotrl.data.mixer import RatioSchedule
 from robotrl.hil.scripted_operator import ScriptedOperatorConfig
 
-OPERATORS = ("none", "scripted", "keyboard", "spacemouse", "gamepad")
+OPERATORS = ("none", "scripted", "keyboard", "spacemouse", "gamepad", "joy", "twist")
+ROS_OPERATORS = ("joy", "twist")  # devices whose commands come over ROS 2 topics (hardware/teleop/ros_topics.py)
 
 
 @dataclass
 class HILConfig:
     demos: list[str] = field(default_factory=list)  # recorded datasets (robotrl-record) for the offline buffer
-    operator: str = "none"  # who takes over: none | scripted (the task's expert) | keyboard | spacemouse | gamepad
+    # who takes over: none | scripted (the task's expert) | keyboard | spacemouse | gamepad (devices plugged in
+    # here) | joy (a pad through joy_node) | twist (a SpaceMouse through spacenav_node), over ROS 2 topics
+    operator: str = "none"
+    teleop_topic: str | None = None  # joy and twist: the topic (null: /joy, /spacenav/twist)
+    teleop_domain_id: int = 0  # joy and twist: the ROS 2 domain their messages come on
     on_disconnect: str = "resume"  # a teleop device that disconnects: resume (the policy acts) | stop the episode
     teleop_gain: float = 1.0  # scales the device's command before it is clipped to [-1, 1]
     scripted: ScriptedOperatorConfig = field(default_factory=ScriptedOperatorConfig)
@@ -35,6 +40,8 @@ class HILConfig:
     def validate(self) -> None:
         if self.operator not in OPERATORS:
             raise ValueError(f"hil.operator must be one of {', '.join(OPERATORS)}, got {self.operator!r}")
+        if not 0 <= self.teleop_domain_id <= 232:
+            raise ValueError(f"hil.teleop_domain_id must be a ROS 2 domain id in 0..232, got {self.teleop_domain_id}")
         if self.on_disconnect not in ("resume", "stop"):
             raise ValueError(f"hil.on_disconnect must be resume or stop, got {self.on_disconnect!r}")
         if not (self.teleop_gain > 0 and math.isfinite(self.teleop_gain)):

@@ -12,7 +12,7 @@ from robotrl.data.lerobot_read import LEROBOT_PREFIX, read_lerobot
 from robotrl.data.mixer import add_episode
 from robotrl.data.replay import ReplayBuffer
 from robotrl.hil.classifier_reward import ClassifierReward, demo_relabeller
-from robotrl.hil.config import HILConfig
+from robotrl.hil.config import ROS_OPERATORS, HILConfig
 from robotrl.hil.intervention import InterventionEnv, TeleopOperator
 from robotrl.hil.reward_classifier import RewardClassifier
 from robotrl.hil.scripted_operator import ScriptedOperator, expert_of, world_to_action_of
@@ -58,9 +58,23 @@ def wrap_for_hil(env, hil: HILConfig, terminate_on_success: bool = False):
                 f"{control}: set task.control=ee_delta"
             )
         operator = TeleopOperator(
-            make_teleop(hil.operator), env.action_dim, hil.on_disconnect, hil.teleop_gain, world_to_action_of(env)
+            make_teleop(hil.operator, **ros_teleop_options(hil)),
+            env.action_dim,
+            hil.on_disconnect,
+            hil.teleop_gain,
+            world_to_action_of(env),
         )
     return InterventionEnv(env, operator)
+
+
+def ros_teleop_options(hil: HILConfig) -> dict:
+    """The topic and domain of a device that listens to ROS 2 (joy, twist); nothing for the others."""
+    if hil.operator not in ROS_OPERATORS:
+        return {}
+    options: dict = {"domain_id": hil.teleop_domain_id}
+    if hil.teleop_topic:
+        options["topic"] = hil.teleop_topic
+    return options
 
 
 def load_demos(

@@ -28,6 +28,8 @@ TELEOP_EXTRA_HINT = "pip install robotrl[teleop]"
 # kind -> "module:class"; imported on demand so that asking for a keyboard never loads hidapi or pygame.
 DEVICE_KINDS = {
     "gamepad": "robotrl.hardware.teleop.gamepad:GamepadTeleop",
+    "joy": "robotrl.hardware.teleop.ros_topics:JoyTeleop",
+    "twist": "robotrl.hardware.teleop.ros_topics:TwistTeleop",
     "keyboard": "robotrl.hardware.teleop.keyboard:KeyboardTeleop",
     "spacemouse": "robotrl.hardware.teleop.spacemouse:SpaceMouseTeleop",
 }
@@ -111,7 +113,7 @@ def command_to_action(command: TeleopCommand, action_dim: int, gain: float = 1.0
 
 
 def make_teleop(kind: str, **options) -> TeleopDevice:
-    """A teleop device by name: keyboard, spacemouse or gamepad; `options` go to its constructor."""
+    """A teleop device by name: keyboard, spacemouse, gamepad, joy or twist; `options` go to its constructor."""
     kinds = ", ".join(sorted(DEVICE_KINDS))
     if kind == "scripted":
         raise ValueError(

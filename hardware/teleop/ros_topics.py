@@ -1,0 +1,224 @@
+"""Teleop from ROS 2 topics, through the bridge (Cyclone DDS or rclpy): a joystick as `joy_node` publishes it
+(sensor_msgs/Joy, `JoyTeleop`), and a SpaceMouse as `spacenav_node` publishes it (geometry_msgs/Twist, or
+TwistStamped, with its buttons as sensor_msgs/Joy; `TwistTeleop`). The pad or the SpaceMouse may then sit at
+another machine of the lab's ROS graph, where the local devices (gamepad, spacemouse) need it plugged in here.
+
+A command is only as fresh as its message: a message older than `max_age_s` gives an idle command (no takeover,
+no motion: a joystick node that stopped must not keep the robot moving), and `disconnect_s` of silence after the
+first message marks the device disconnected (`hil.on_disconnect` applies). joy_node repeats a held state at 20 Hz
+(`autorepeat_rate`), spacenav_node publishes while the cap is pushed and zeros on release.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from robotrl.hardware.teleop.gamepad import BUTTONS, GamepadAxes, GamepadBindings, GamepadState, gamepad_command
+
+from robotrl.hil.teleop import (
+    GRIPPER_CLOSED,
+    GRIPPER_OPEN,
+    AxisMap,
+    TeleopCommand,
+    TeleopDevice,
+    apply_deadzone,
+    check_deadzone,
+)
+
+
+@dataclass(frozen=True)
+class JoyLayout:
+    """Where joy_node puts an Xbox-style pad's sticks, triggers and buttons (Linux xpad driver), and their signs:
+    sticks left and up positive, triggers 1 released to -1 pressed (ROS's convention). `buttons` maps the names of
+    gamepad.BUTTONS to indices of Joy.buttons."""
+
+    left_x: int = 0
+    left_y: int = 1
+    left_trigger: int = 2
+    right_x: int = 3
+    right_y: int = 4
+    right_trigger: int = 5
+    buttons: Mapping[str, int] = field(
+        default_factory=lambda: {
+            "a": 0,
+            "b": 1,
+            "x": 2,
+            "y": 3,
+            "lb": 4,
+            "rb": 5,
+            "back": 6,
+            "start": 7,
+            "guide": 8,
+            "left_stick": 9,
+            "right_stick": 10,
+        }
+    )
+
+    def __post_init__(self):
+        unknown = set(self.buttons) - set(BUTTONS)
+        if unknown:
+            raise ValueError(f"joy layout buttons {sorted(unknown)} are not among {', '.join(BUTTONS)}")
+
+    def read(self, axes: list[float], buttons: list[int]) -> tuple[GamepadAxes, frozenset[str]]:
+        """The pad's state in the gamepad module's convention (right and down positive, triggers 0..1)."""
+
+        def axis(index: int) -> float:
+            value = float(axes[index]) if index < len(axes) else 0.0
+            return value if math.isfinite(value) else 0.0  # a NaN from a driver never moves the robot
+
+        def trigger(index: int) -> float:
+            return (1.0 - axis(index)) / 2.0 if index < len(axes) else 0.0
+
+        state = GamepadAxes(
+            left_x=-axis(self.left_x),
+            left_y=-axis(self.left_y),
+            right_x=-axis(self.right_x),
+            right_y=-axis(self.right_y),
+            left_trigger=trigger(self.left_trigger),
+            right_trigger=trigger(self.right_trigger),
+        )
+        held = frozenset(name for name, i in self.buttons.items() if i < len(buttons) and buttons[i])
+        return state, held
+
+
+class _TopicDevice(TeleopDevice):
+    """The bridge, the freshness rules and the connection state shared by the two devices."""
+
+    def __init__(self, domain_id: int, backend: str, loopback: bool, max_age_s: float, disconnect_s: float):
+        for label, value in (("max_age_s", max_age_s), ("disconnect_s", disconnect_s)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{self.name} teleop {label} must be a finite number > 0, got {value!r}")
+        if disconnect_s < max_age_s:
+            raise ValueError(f"{self.name} teleop disconnect_s ({disconnect_s}) must be >= max_age_s ({max_age_s})")
+        from robotrl.hardware.ros2.bridge import make_bridge
+
+        self.max_age_s, self.disconnect_s = float(max_age_s), float(disconnect_s)
+        self.bridge = make_bridge(backend, domain_id=domain_id, loopback=loopback)
+        self._connected = True
+
+    def _fresh(self, received: Any | None, gripper: float) -> TeleopCommand | None:
+        """None where `received` is fresh enough to act on; else the idle (or disconnected) command."""
+        if not self._connected:
+            return TeleopCommand.idle(gripper, connected=False)
+        if received is None:
+            return TeleopCommand.idle(gripper)
+        age = received.age()
+        if age > self.disconnect_s:
+            self._connected = False
+            return TeleopCommand.idle(gripper, connected=False)
+        return TeleopCommand.idle(gripper) if age > self.max_age_s else None
+
+    def close(self) -> None:
+        if self.bridge is not None:
+            self.bridge.close()
+            self.bridge = None
+        self._connected = False
+
+
+class JoyTeleop(_TopicDevice):
+    """A pad through joy_node (sensor_msgs/Joy on `topic`), mapped as the local gamepad device maps one
+    (hardware/teleop/gamepad.py: sticks move, A toggles the gripper, B a takeover, Start/Y/Back are events)."""
+
+    name = "joy"
+
+    def __init__(
+        self,
+        topic: str = "/joy",
+        domain_id: int = 0,
+        backend: str = "dds",
+        loopback: bool = True,
+        deadzone: float = 0.1,
+        bindings: GamepadBindings | Mapping | None = None,
+        axis_map: AxisMap | None = None,
+        layout: JoyLayout | None = None,
+        max_age_s: float = 0.5,
+        disconnect_s: float = 2.0,
+    ):
+        self.deadzone = check_deadzone(deadzone)
+        self.bindings = GamepadBindings(**bindings) if isinstance(bindings, Mapping) else bindings or GamepadBindings()
+        self.axis_map, self.layout = axis_map or AxisMap(), layout or JoyLayout()
+        super().__init__(domain_id, backend, loopback, max_age_s, disconnect_s)
+        from robotrl.hardware.ros2.msgs import Joy
+
+        self.topic = topic
+        self.subscription = self.bridge.subscription(topic, Joy, "sensor_data")
+        self._state = GamepadState()
+
+    def poll(self) -> TeleopCommand:
+        received = self.subscription.latest() if self.bridge is not None else None
+        stale = self._fresh(received, self._state.gripper)
+        if stale is not None:
+            return stale
+        axes, held = self.layout.read(list(received.msg.axes), list(received.msg.buttons))
+        command, self._state = gamepad_command(axes, held, self._state, self.deadzone, self.bindings, self.axis_map)
+        return command
+
+
+class TwistTeleop(_TopicDevice):
+    """A SpaceMouse through spacenav_node: geometry_msgs/Twist (or TwistStamped, `stamped`) on `topic`, linear and
+    angular in [-1, 1] (spacenav_node's default scales), and its buttons as sensor_msgs/Joy on `buttons_topic`:
+    `gripper_button` toggles the gripper and `takeover_button` a persistent takeover, as the local spacemouse
+    device does. `buttons_topic` "": no buttons (the gripper stays open)."""
+
+    name = "twist"
+
+    def __init__(
+        self,
+        topic: str = "/spacenav/twist",
+        buttons_topic: str = "/spacenav/joy",
+        stamped: bool = False,
+        domain_id: int = 0,
+        backend: str = "dds",
+        loopback: bool = True,
+        deadzone: float = 0.05,
+        gripper_button: int | None = 0,
+        takeover_button: int | None = 1,
+        axis_map: AxisMap | None = None,
+        max_age_s: float = 0.5,
+        disconnect_s: float = 2.0,
+    ):
+        self.deadzone = check_deadzone(deadzone)
+        self.axis_map = axis_map or AxisMap()
+        self.gripper_button, self.takeover_button = gripper_button, takeover_button
+        super().__init__(domain_id, backend, loopback, max_age_s, disconnect_s)
+        from robotrl.hardware.ros2.msgs import Joy, Twist, TwistStamped
+
+        self.stamped = stamped
+        self.subscription = self.bridge.subscription(topic, TwistStamped if stamped else Twist, "sensor_data")
+        self.buttons = self.bridge.subscription(buttons_topic, Joy, "sensor_data") if buttons_topic else None
+        self._gripper, self._takeover, self._held = GRIPPER_OPEN, False, frozenset()
+
+    def poll(self) -> TeleopCommand:
+        received = self.subscription.latest() if self.bridge is not None else None
+        events = self._press_buttons()
+        stale = self._fresh(received, self._gripper)
+        if stale is not None:
+            engaged = self._takeover and stale.connected
+            return TeleopCommand(engaged, stale.twist, self._gripper, stale.connected, events)
+        twist_msg = received.msg.twist if self.stamped else received.msg
+        linear, angular = twist_msg.linear, twist_msg.angular
+        raw = torch.tensor([linear.x, linear.y, linear.z, angular.x, angular.y, angular.z], dtype=torch.float32)
+        raw = torch.where(torch.isfinite(raw), raw, torch.zeros(()))  # a NaN from a driver never moves the robot
+        twist = self.axis_map.apply(apply_deadzone(raw.clamp(-1.0, 1.0), self.deadzone)).clamp(-1.0, 1.0)
+        engaged = self._takeover or bool(twist.abs().max() > 0)
+        return TeleopCommand(engaged, twist, self._gripper, True, events)
+
+    def _press_buttons(self) -> frozenset[str]:
+        """Toggle the gripper and the takeover on presses since the last poll; the events that raised."""
+        if self.buttons is None:
+            return frozenset()
+        events = set()
+        for received in self.buttons.take():
+            held = frozenset(i for i, value in enumerate(received.msg.buttons) if value)
+            pressed = held - self._held
+            self._held = held
+            if self.gripper_button in pressed:
+                self._gripper = GRIPPER_CLOSED if self._gripper == GRIPPER_OPEN else GRIPPER_OPEN
+            if self.takeover_button in pressed:
+                self._takeover = not self._takeover
+                events.add("toggle_takeover")
+        return frozenset(events)

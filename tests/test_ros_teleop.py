@@ -1,0 +1,97 @@
+"""Teleop from ROS 2 topics (hardware/teleop/ros_topics.py), over real Cyclone DDS on loopback: a pad as joy_node
+publishes it and a SpaceMouse as spacenav_node does, mapped as the local devices map them; stale messages stop the
+motion and a silent node disconnects the device."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
+
+from helpers import wait_until
+from robotrl.hardware.ros2.bridge import make_bridge
+from robotrl.hardware.ros2.msgs import Joy, Twist, Vector3
+from robotrl.hardware.teleop.ros_topics import JoyLayout
+
+from robotrl.hil.config import HILConfig
+from robotrl.hil.setup import ros_teleop_options
+from robotrl.hil.teleop import GRIPPER_CLOSED, GRIPPER_OPEN, make_teleop
+
+pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
+
+# joy_node's Xbox layout: sticks left/up positive, triggers 1 released .. -1 pressed
+REST = [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+BUTTONS = [0] * 11
+
+
+def _joy(axes=REST, buttons=BUTTONS) -> Joy:
+    return Joy(axes=[float(a) for a in axes], buttons=list(buttons))
+
+
+def test_a_pad_through_joy_node_moves_grips_and_takes_over():
+    with make_bridge("dds", domain_id=221) as robot_side:
+        publisher = robot_side.publisher("/joy", Joy, "sensor_data")
+        device = make_teleop("joy", domain_id=221, max_age_s=0.5, disconnect_s=2.0)
+        try:
+            assert device.poll().engaged is False  # nothing heard yet: idle, still connected
+            assert wait_until(lambda: device.subscription.publisher_count() > 0)
+            up_and_pressed = list(REST)
+            up_and_pressed[1] = 1.0  # left stick up: +x
+            up_and_pressed[5] = -1.0  # right trigger pressed: +z
+            publisher.publish(_joy(up_and_pressed))
+            assert wait_until(lambda: device.poll().engaged)
+            command = device.poll()
+            torch.testing.assert_close(command.twist, torch.tensor([1.0, 0, 1.0, 0, 0, 0]))
+            a_pressed = list(BUTTONS)
+            a_pressed[0] = 1  # A: toggle the gripper
+            publisher.publish(_joy(buttons=a_pressed))
+            assert wait_until(lambda: device.poll().gripper == GRIPPER_CLOSED)
+            b_pressed = list(BUTTONS)
+            b_pressed[1] = 1  # B: a persistent takeover
+            publisher.publish(_joy(buttons=b_pressed))
+            assert wait_until(lambda: "toggle_takeover" in device.poll().events or device._state.takeover)
+            publisher.publish(_joy())
+            time.sleep(0.1)
+            assert device.poll().engaged and device.poll().twist.abs().max() == 0  # taken over, standing still
+            time.sleep(0.6)  # older than max_age_s: idle, never the last motion
+            stale = device.poll()
+            assert not stale.engaged and stale.connected and stale.gripper == GRIPPER_CLOSED
+            time.sleep(1.5)  # silent past disconnect_s
+            assert device.poll().connected is False
+        finally:
+            device.close()
+
+
+def test_a_spacemouse_through_spacenav_node():
+    with make_bridge("dds", domain_id=222) as robot_side:
+        twists = robot_side.publisher("/spacenav/twist", Twist, "sensor_data")
+        buttons = robot_side.publisher("/spacenav/joy", Joy, "sensor_data")
+        device = make_teleop("twist", domain_id=222)
+        try:
+            assert wait_until(lambda: device.subscription.publisher_count() > 0 and device.buttons.publisher_count())
+            twists.publish(Twist(linear=Vector3(0.5, -0.5, 0.0), angular=Vector3(0.0, 0.0, float("nan"))))
+            assert wait_until(lambda: device.poll().engaged)
+            twist = device.poll().twist
+            assert twist[0] > 0.4 and twist[1] < -0.4 and twist[2:].abs().max() == 0  # NaN moves nothing
+            assert device.poll().gripper == GRIPPER_OPEN
+            buttons.publish(Joy(buttons=[1, 0]))  # the left button: toggle the gripper
+            assert wait_until(lambda: device.poll().gripper == GRIPPER_CLOSED)
+        finally:
+            device.close()
+
+
+def test_settings_reach_the_device_and_bad_ones_are_refused():
+    assert ros_teleop_options(HILConfig(operator="joy", teleop_topic="/pad", teleop_domain_id=7)) == {
+        "domain_id": 7,
+        "topic": "/pad",
+    }
+    assert ros_teleop_options(HILConfig(operator="keyboard")) == {}
+    with pytest.raises(ValueError, match=r"hil.teleop_domain_id must be a ROS 2 domain id in 0..232, got 300"):
+        HILConfig(operator="joy", teleop_domain_id=300).validate()
+    with pytest.raises(ValueError, match=r"joy teleop disconnect_s \(0.1\) must be >= max_age_s \(0.5\)"):
+        make_teleop("joy", domain_id=223, disconnect_s=0.1)
+    with pytest.raises(ValueError, match=r"joy layout buttons \['select'\] are not among"):
+        JoyLayout(buttons={"select": 6})
