@@ -2,6 +2,7 @@
 
 robotrl-record task=panda_pick_cube teleop=keyboard episodes=20           # a person drives, in a terminal
 robotrl-record task=panda_pick_cube teleop=spacemouse out=datasets/pick   # or a SpaceMouse / gamepad
+robotrl-record task=panda_pick_cube teleop=joy teleop_domain_id=3          # a pad through joy_node, over ROS 2
 robotrl-record task=panda_pick_cube teleop=scripted episodes=10 task.obs=state+pixels   # the task's expert
 
 Every step the operator's device (or the scripted expert) commands the robot; each recorded step is
@@ -29,19 +30,24 @@ from omegaconf import MISSING, DictConfig
 from robotrl.cli_errors import reports_errors
 from robotrl.config import register_configs, strict_object
 from robotrl.data.dataset import EpisodeDataset, EpisodeRecorder
+from robotrl.hil.config import ROS_OPERATORS
 from robotrl.hil.scripted_operator import expert_of, world_to_action_of
 from robotrl.hil.teleop import command_to_action, make_teleop
 from robotrl.tasks import TASK_CONFIGS, make_env
 
 log = logging.getLogger(__name__)
-TELEOP_KINDS = ("keyboard", "spacemouse", "gamepad", "scripted")
+TELEOP_KINDS = ("keyboard", "spacemouse", "gamepad", "joy", "twist", "scripted")
 KEEP = ("all", "success")
 
 
 @dataclass
 class RecordConfig:
     task: Any = MISSING
-    teleop: str = "keyboard"  # keyboard | spacemouse | gamepad | scripted (the task's expert)
+    # keyboard | spacemouse | gamepad (plugged in here) | joy | twist (a pad or SpaceMouse through joy_node or
+    # spacenav_node, over ROS 2) | scripted (the task's expert)
+    teleop: str = "keyboard"
+    teleop_topic: str | None = None  # joy and twist: the topic (null: /joy, /spacenav/twist)
+    teleop_domain_id: int = 0  # joy and twist: the ROS 2 domain
     episodes: int = 20  # episodes to keep
     out: str | None = None  # dataset directory; None: datasets/<task>_<teleop>; appended to if it exists
     seed: int = 0
@@ -62,6 +68,8 @@ class RecordConfig:
             raise ValueError(f"teleop must be one of {', '.join(TELEOP_KINDS)}, got {self.teleop!r}")
         if self.episodes < 1:
             raise ValueError(f"episodes must be >= 1, got {self.episodes}")
+        if not 0 <= self.teleop_domain_id <= 232:
+            raise ValueError(f"teleop_domain_id must be a ROS 2 domain id in 0..232, got {self.teleop_domain_id}")
         if self.keep not in KEEP:
             raise ValueError(f"keep must be one of {', '.join(KEEP)}, got {self.keep!r}")
         if self.rate_hz is not None and not self.rate_hz > 0:
@@ -96,7 +104,10 @@ class Driver:
             self.expert = expert_of(env)
             self.generator = torch.Generator().manual_seed(cfg.seed)
         else:
-            self.device = make_teleop(cfg.teleop)
+            options = {"domain_id": cfg.teleop_domain_id} if cfg.teleop in ROS_OPERATORS else {}
+            if cfg.teleop in ROS_OPERATORS and cfg.teleop_topic:
+                options["topic"] = cfg.teleop_topic
+            self.device = make_teleop(cfg.teleop, **options)
             self.to_action_frame = world_to_action_of(env)  # the device moves in world axes
 
     def action(self) -> tuple[torch.Tensor, frozenset[str]]:

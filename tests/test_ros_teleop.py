@@ -95,3 +95,39 @@ def test_settings_reach_the_device_and_bad_ones_are_refused():
         make_teleop("joy", domain_id=223, disconnect_s=0.1)
     with pytest.raises(ValueError, match=r"joy layout buttons \['select'\] are not among"):
         JoyLayout(buttons={"select": 6})
+
+
+def test_robotrl_record_takes_demonstrations_from_a_pad_on_ros(tmp_path):
+    """robotrl-record teleop=joy: a person's pad at another machine of the ROS graph (here a thread publishing as
+    joy_node does, left stick pushed up) drives a recorded episode of panda_reach."""
+    import threading
+
+    from robotrl.tasks import TASK_CONFIGS
+
+    from robotrl.data.dataset import EpisodeDataset
+    from robotrl.record import RecordConfig, record
+
+    pushed = list(REST)
+    pushed[1] = 0.8  # left stick up: +x
+    stop = threading.Event()
+    with make_bridge("dds", domain_id=223) as person:
+        publisher = person.publisher("/pad", Joy, "sensor_data")
+
+        def joy_node() -> None:  # autorepeat at 20 Hz, as joy_node does while a stick is held
+            while not stop.is_set():
+                publisher.publish(_joy(pushed))
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=joy_node, daemon=True)
+        thread.start()
+        try:
+            task = TASK_CONFIGS["panda_reach"](name="panda_reach", episode_steps=20)
+            cfg = RecordConfig(task=task, teleop="joy", teleop_topic="/pad", teleop_domain_id=223, episodes=1)
+            record(cfg, tmp_path / "demos")
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+    dataset = EpisodeDataset.open(tmp_path / "demos")
+    (episode,) = dataset.load_all()
+    assert len(episode.action) == 20 and episode.metadata["device"] == "joy"
+    assert (episode.action[5:, 0] > 0.5).all()  # the stick's +x, from the first steps the messages arrived
