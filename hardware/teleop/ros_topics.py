@@ -11,13 +11,13 @@ first message marks the device disconnected (`hil.on_disconnect` applies). joy_n
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from robotrl.hardware.teleop.gamepad import BUTTONS, GamepadAxes, GamepadBindings, GamepadState, gamepad_command
+from robotrl.hardware.teleop.gamepad import GamepadBindings, GamepadState, PygameLayout, gamepad_command, pygame_inputs
 
 from robotrl.hil.teleop import (
     GRIPPER_CLOSED,
@@ -29,60 +29,7 @@ from robotrl.hil.teleop import (
     check_deadzone,
 )
 
-
-@dataclass(frozen=True)
-class JoyLayout:
-    """Where joy_node puts an Xbox-style pad's sticks, triggers and buttons (Linux xpad driver), and their signs:
-    sticks left and up positive, triggers 1 released to -1 pressed (ROS's convention). `buttons` maps the names of
-    gamepad.BUTTONS to indices of Joy.buttons."""
-
-    left_x: int = 0
-    left_y: int = 1
-    left_trigger: int = 2
-    right_x: int = 3
-    right_y: int = 4
-    right_trigger: int = 5
-    buttons: Mapping[str, int] = field(
-        default_factory=lambda: {
-            "a": 0,
-            "b": 1,
-            "x": 2,
-            "y": 3,
-            "lb": 4,
-            "rb": 5,
-            "back": 6,
-            "start": 7,
-            "guide": 8,
-            "left_stick": 9,
-            "right_stick": 10,
-        }
-    )
-
-    def __post_init__(self):
-        unknown = set(self.buttons) - set(BUTTONS)
-        if unknown:
-            raise ValueError(f"joy layout buttons {sorted(unknown)} are not among {', '.join(BUTTONS)}")
-
-    def read(self, axes: list[float], buttons: list[int]) -> tuple[GamepadAxes, frozenset[str]]:
-        """The pad's state in the gamepad module's convention (right and down positive, triggers 0..1)."""
-
-        def axis(index: int) -> float:
-            value = float(axes[index]) if index < len(axes) else 0.0
-            return value if math.isfinite(value) else 0.0  # a NaN from a driver never moves the robot
-
-        def trigger(index: int) -> float:
-            return (1.0 - axis(index)) / 2.0 if index < len(axes) else 0.0
-
-        state = GamepadAxes(
-            left_x=-axis(self.left_x),
-            left_y=-axis(self.left_y),
-            right_x=-axis(self.right_x),
-            right_y=-axis(self.right_y),
-            left_trigger=trigger(self.left_trigger),
-            right_trigger=trigger(self.right_trigger),
-        )
-        held = frozenset(name for name, i in self.buttons.items() if i < len(buttons) and buttons[i])
-        return state, held
+log = logging.getLogger(__name__)
 
 
 class _TopicDevice(TeleopDevice):
@@ -121,7 +68,9 @@ class _TopicDevice(TeleopDevice):
 
 class JoyTeleop(_TopicDevice):
     """A pad through joy_node (sensor_msgs/Joy on `topic`), mapped as the local gamepad device maps one
-    (hardware/teleop/gamepad.py: sticks move, A toggles the gripper, B a takeover, Start/Y/Back are events)."""
+    (hardware/teleop/gamepad.py: sticks move, A toggles the gripper, B a takeover, Start/Y/Back are events).
+    joy_node reads the pad through SDL and publishes each axis negated (sticks left and up positive, triggers 1
+    released to -1 pressed), buttons in SDL's order: `layout` is the local device's SDL layout."""
 
     name = "joy"
 
@@ -134,26 +83,33 @@ class JoyTeleop(_TopicDevice):
         deadzone: float = 0.1,
         bindings: GamepadBindings | Mapping | None = None,
         axis_map: AxisMap | None = None,
-        layout: JoyLayout | None = None,
+        layout: PygameLayout | None = None,
         max_age_s: float = 0.5,
         disconnect_s: float = 2.0,
     ):
         self.deadzone = check_deadzone(deadzone)
         self.bindings = GamepadBindings(**bindings) if isinstance(bindings, Mapping) else bindings or GamepadBindings()
-        self.axis_map, self.layout = axis_map or AxisMap(), layout or JoyLayout()
+        self.axis_map, self.layout = axis_map or AxisMap(), layout or PygameLayout()
         super().__init__(domain_id, backend, loopback, max_age_s, disconnect_s)
         from robotrl.hardware.ros2.msgs import Joy
 
         self.topic = topic
         self.subscription = self.bridge.subscription(topic, Joy, "sensor_data")
         self._state = GamepadState()
+        self._refused: Any = None  # the last message ignored (logged once)
 
     def poll(self) -> TeleopCommand:
         received = self.subscription.latest() if self.bridge is not None else None
         stale = self._fresh(received, self._state.gripper)
         if stale is not None:
             return stale
-        axes, held = self.layout.read(list(received.msg.axes), list(received.msg.buttons))
+        sdl_axes = [-float(value) for value in received.msg.axes]
+        if len(sdl_axes) < self.layout.axis_count or not all(math.isfinite(value) for value in sdl_axes):
+            if received is not self._refused:  # a NaN or another device's message never moves the robot
+                self._refused = received
+                log.warning("joy teleop: ignored a Joy message on %s with axes %s", self.topic, list(received.msg.axes))
+            return TeleopCommand.idle(self._state.gripper)
+        axes, held = pygame_inputs(sdl_axes, list(received.msg.buttons), self.layout)
         command, self._state = gamepad_command(axes, held, self._state, self.deadzone, self.bindings, self.axis_map)
         return command
 
