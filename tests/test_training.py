@@ -255,6 +255,19 @@ def test_top_level_backend_sets_the_tasks_backend_and_wins_over_task_backend():
         to_train_config(_compose("task=gym", "backend=genesis"))
 
 
+# TINY on four envs, 400 env steps, updates from 202 (not a multiple of num_envs: the first batch is partly before
+# it), no evaluation or checkpoint before the end
+FOUR_ENVS = [
+    *(a for a in TINY if not a.startswith(("total_steps", "learning_starts", "eval_interval", "checkpoint_interval"))),
+    "num_envs=4",
+    "total_steps=400",
+    "learning_starts=202",
+    "eval_interval=100000",
+    "checkpoint_interval=100000",
+    "video=false",
+]
+
+
 def test_batched_collection_adds_one_batch_per_step_and_keeps_utd_per_env_step(tmp_path, monkeypatch):
     """num_envs=4: each loop step adds one [4, ...] batch; updates count env steps (utd_ratio per env step)."""
     from robotrl.data.replay import ReplayBuffer
@@ -264,19 +277,10 @@ def test_batched_collection_adds_one_batch_per_step_and_keeps_utd_per_env_step(t
     monkeypatch.setattr(
         ReplayBuffer, "add", lambda self, obs, *rest: (batches.append(len(rest[0])), add(self, obs, *rest))
     )
-    args = [
-        a for a in TINY if not a.startswith(("total_steps", "learning_starts", "eval_interval", "checkpoint_interval"))
-    ]
     cfg = to_train_config(
         _compose(
-            *args,
-            "num_envs=4",
-            "total_steps=400",
-            "learning_starts=202",  # not a multiple of num_envs: the first batch is partly before it
+            *FOUR_ENVS,
             "agent.utd_ratio=2",
-            "eval_interval=100000",
-            "checkpoint_interval=100000",
-            "video=false",
         )
     )
     summary = train(cfg, tmp_path)
@@ -286,27 +290,18 @@ def test_batched_collection_adds_one_batch_per_step_and_keeps_utd_per_env_step(t
 
 def test_updates_per_vectorized_step_schedule_the_loop(tmp_path):
     """agent.updates_per_step=0.5 with 4 envs: one update every two vectorized steps past learning_starts."""
-    args = [
-        a for a in TINY if not a.startswith(("total_steps", "learning_starts", "eval_interval", "checkpoint_interval"))
-    ]
     cfg = to_train_config(
         _compose(
-            *args,
-            "num_envs=4",
-            "total_steps=400",
-            "learning_starts=202",
+            *FOUR_ENVS,
             "agent.updates_per_step=0.5",
-            "eval_interval=100000",
-            "checkpoint_interval=100000",
-            "video=false",
         )
     )
     summary = train(cfg, tmp_path)
     assert summary["updates"] == 24  # floor(0.5 * (400 - 202) / 4)
     with pytest.raises(ValueError, match=r"agent.updates_per_step=2.0 replaces agent.utd_ratio"):
-        to_train_config(_compose(*args, "agent.updates_per_step=2", "agent.utd_ratio=2"))
+        to_train_config(_compose(*FOUR_ENVS, "agent.updates_per_step=2", "agent.utd_ratio=2"))
     with pytest.raises(ValueError, match=r"makes 16 updates in one vectorized step, more than the 12 transitions"):
-        to_train_config(_compose(*args, "num_envs=4", "learning_starts=10", "agent.utd_ratio=4"))
+        to_train_config(_compose(*FOUR_ENVS, "learning_starts=10", "agent.utd_ratio=4"))
 
 
 def test_a_num_envs_the_machine_cannot_hold_fails_before_training_with_the_memory_needed(tmp_path):
