@@ -95,3 +95,17 @@ def test_a_training_run_evaluates_its_envs_at_once(tmp_path):
     assert "eval/success" in summary and "eval/length" in summary
     assert len(read_metrics(tmp_path / "metrics.csv")["eval/return"]) == 1
     assert not (tmp_path / "videos").exists()
+
+
+def test_rounds_never_repeat_an_envs_seed():
+    """Gymnasium envs seed env i with seed + i: round r resets with seed + r * num_envs, so no two episodes of the
+    evaluation start from one seed (round 1 at seed + 1 replayed round 0's envs 1..E-1)."""
+    env = _env(2, terminate_on_success=True)
+    seeds = []
+    reset = env.reset
+    env.reset = lambda seed=None: (seeds.append(seed), reset(seed=seed))[1]
+    try:
+        evaluate_batched(ExpertAgent(env), env, episodes=6, seed=10)
+    finally:
+        env.close()
+    assert seeds == [10, 12, 14]  # envs 10+i, 12+i, 14+i for i in 0, 1: six seeds, all distinct

@@ -94,7 +94,7 @@ def evaluate_batched(agent: Agent, env: VecEnv, episodes: int, seed: int) -> dic
     smoothness = ActionSmoothness()
     device = agent.device
     for round_ in range(episodes // env.num_envs):
-        obs = env.reset(seed=seed + round_)
+        obs = env.reset(seed=seed + round_ * env.num_envs)  # gymnasium envs seed env i with seed + i: no overlap
         agent.reset_evaluation(env.num_envs)
         running = torch.ones(env.num_envs, dtype=torch.bool)
         ep_return = torch.zeros(env.num_envs)
