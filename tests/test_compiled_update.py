@@ -150,3 +150,11 @@ def test_cuda_graph_update_equals_eager(agent):
     compiled = _train(lambda: make(True), batches)
     assert compiled[0]._step.graphs == (2 if agent == "sac" else 1)
     _assert_same_run(eager, compiled, atol=1e-4)
+
+
+def test_a_learner_refuses_a_compiled_update():
+    """A learner's server threads write its replay on the GPU while an update would be captured."""
+    from robotrl.runtime.learner_config import LearnerConfig
+
+    with pytest.raises(ValueError, match=r"agent.compile=true is robotrl-train's: a learner's server threads"):
+        LearnerConfig(agent=SACConfig(compile=True), task=None).validate()

@@ -106,6 +106,11 @@ class LearnerConfig:
             raise ValueError(f"her_ratio must be in [0, 1], got {self.her_ratio}")
         if hasattr(self.agent, "validate"):
             self.agent.validate()
+            if self.agent.compile:
+                raise ValueError(
+                    "agent.compile=true is robotrl-train's: a learner's server threads write its replay on the GPU "
+                    "while an update would be captured as a CUDA graph, which a capture does not allow"
+                )
             if self.agent.updates_per_step is not None:
                 raise ValueError(
                     f"agent.updates_per_step={self.agent.updates_per_step} counts vectorized steps of one process's "
