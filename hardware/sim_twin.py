@@ -542,12 +542,13 @@ class SimTwin:
             self._cameras.offer(self.data)
         self._simulate_period()
 
-    def _simulate_period(self) -> None:
-        """Apply the newest command (and any object placements) and step the physics through one period."""
+    def _simulate_period(self, wall: float | None = None) -> None:
+        """Apply the newest command (and any object placements) and step the physics through one period; a
+        trajectory is sampled at `wall` (the period's own wall-clock time when caught up late; None: now)."""
         with self._command_lock:
             if self._trajectory is not None:
                 trajectory = self._trajectory
-                self._setpoint[trajectory.joints] = trajectory.sample(time.time())
+                self._setpoint[trajectory.joints] = trajectory.sample(time.time() if wall is None else wall)
             elif self._target is not None:
                 self._setpoint[:] = self._target
             sent = self._commands.in_force.copy()
@@ -653,23 +654,32 @@ class SimTwin:
             delay = deadline - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            now = time.monotonic()
+            latest_due = min(int((now - start) / period), ticks)  # the newest deadline already passed
+            if latest_due > tick:  # a period or more late (a long step, an overslept wait): catch up first, so the
+                tick = self._catch_up(tick, latest_due, start, period)  # state published next shows its stamp's time
+                deadline = start + tick * period
+                if deadline >= end:
+                    break
             self._lateness.append(time.monotonic() - deadline)
             self.step()
-            now = time.monotonic()
             tick += 1
-            latest_due = min(int((now - start) / period), ticks)  # the newest deadline already passed
-            if latest_due > tick:  # deadlines more than a period old: simulate them unpublished, up to a bound
-                behind = latest_due - tick
-                catch_up = min(behind, self.cfg.max_catch_up_periods)
-                for _ in range(catch_up):
-                    self._simulate_period()
-                self.caught_up += catch_up
-                self.missed += behind - catch_up
-                tick = latest_due
             if now >= next_report:
                 next_report = now + self.cfg.report_interval
                 log.info("sim twin: %s", json.dumps(self.stats()))
         return self.stats()
+
+    def _catch_up(self, tick: int, latest_due: int, start: float, period: float) -> int:
+        """Simulate the periods from `tick` to before `latest_due` unpublished, up to max_catch_up_periods of them
+        (the rest are missed), each commanded as at its own deadline; the period to serve next."""
+        behind = latest_due - tick
+        catch_up = min(behind, self.cfg.max_catch_up_periods)
+        wall, mono = time.time(), time.monotonic()
+        for k in range(catch_up):
+            self._simulate_period(wall - (mono - (start + (tick + k) * period)))  # the period's own wall time
+        self.caught_up += catch_up
+        self.missed += behind - catch_up
+        return latest_due
 
     def reset_stats(self) -> None:
         """Start the counters and timings of `stats()` afresh (after a warm-up, say)."""
