@@ -69,6 +69,14 @@ def test_a_pad_through_joy_node_moves_grips_and_takes_over():
             assert not stale.engaged and stale.connected and stale.gripper == GRIPPER_CLOSED
             time.sleep(1.5)  # silent past disconnect_s
             assert device.poll().connected is False
+            publisher.publish(_joy())  # joy_node restarted: the operator has the robot back
+            assert wait_until(lambda: device.poll().connected)
+            start_pressed = list(BUTTONS)
+            start_pressed[7] = 1
+            publisher.publish(_joy(buttons=start_pressed))  # pressed and released between two polls
+            publisher.publish(_joy())
+            time.sleep(0.2)
+            assert "success" in device.poll().events
         finally:
             device.close()
 
@@ -87,6 +95,10 @@ def test_a_spacemouse_through_spacenav_node():
             assert device.poll().gripper == GRIPPER_OPEN
             buttons.publish(Joy(buttons=[1, 0]))  # the left button: toggle the gripper
             assert wait_until(lambda: device.poll().gripper == GRIPPER_CLOSED)
+            twists.publish(Twist())  # released: spacenav_node's zeros, then silence
+            assert wait_until(lambda: not device.poll().engaged)
+            time.sleep(2.2)  # quiet past disconnect_s, at rest: still connected
+            assert device.poll().connected
         finally:
             device.close()
 

@@ -11,6 +11,7 @@ first message marks the device disconnected (`hil.on_disconnect` applies). joy_n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -47,17 +48,21 @@ class _TopicDevice(TeleopDevice):
         self.bridge = make_bridge(backend, domain_id=domain_id, loopback=loopback)
         self._connected = True
 
-    def _fresh(self, received: Any | None, gripper: float) -> TeleopCommand | None:
-        """None where `received` is fresh enough to act on; else the idle (or disconnected) command."""
-        if not self._connected:
+    def _fresh(self, received: Any | None, gripper: float, resting: bool = False) -> TeleopCommand | None:
+        """None where `received` is fresh enough to act on; else the idle command, disconnected after disconnect_s
+        of silence unless the device went quiet `resting` (a node that publishes only while moved). A fresh message
+        connects it again: a node restarted mid-session gives the operator the robot back."""
+        if self.bridge is None:  # closed
             return TeleopCommand.idle(gripper, connected=False)
         if received is None:
             return TeleopCommand.idle(gripper)
         age = received.age()
-        if age > self.disconnect_s:
+        if age <= self.max_age_s:
+            self._connected = True
+            return None
+        if age > self.disconnect_s and not resting:
             self._connected = False
-            return TeleopCommand.idle(gripper, connected=False)
-        return TeleopCommand.idle(gripper) if age > self.max_age_s else None
+        return TeleopCommand.idle(gripper, connected=self._connected)
 
     def close(self) -> None:
         if self.bridge is not None:
@@ -99,19 +104,33 @@ class JoyTeleop(_TopicDevice):
         self._refused: Any = None  # the last message ignored (logged once)
 
     def poll(self) -> TeleopCommand:
-        received = self.subscription.latest() if self.bridge is not None else None
-        stale = self._fresh(received, self._state.gripper)
-        if stale is not None:
-            return stale
+        if self.bridge is None:
+            return TeleopCommand.idle(self._state.gripper, connected=False)
+        # every message since the last poll, so that a press and release between two polls still counts
+        events: set[str] = set()
+        for received in self.subscription.take():
+            read = self._read(received)
+            if read is not None:
+                command, self._state = gamepad_command(*read, self._state, self.deadzone, self.bindings, self.axis_map)
+                events |= command.events
+        latest = self.subscription.latest()
+        stale = self._fresh(latest, self._state.gripper)
+        read = self._read(latest) if stale is None else None
+        if read is None:  # stale, or a message that cannot move the robot
+            return TeleopCommand.idle(self._state.gripper, stale is None or stale.connected, frozenset(events))
+        command, self._state = gamepad_command(*read, self._state, self.deadzone, self.bindings, self.axis_map)
+        return dataclasses.replace(command, events=frozenset(events | command.events))
+
+    def _read(self, received: Any) -> tuple[Any, frozenset[str]] | None:
+        """The pad's axes and held buttons in a message, or None (logged once) for one with a non-finite axis or too
+        few axes: a driver's NaN or another device's message never moves the robot."""
         sdl_axes = [-float(value) for value in received.msg.axes]
-        if len(sdl_axes) < self.layout.axis_count or not all(math.isfinite(value) for value in sdl_axes):
-            if received is not self._refused:  # a NaN or another device's message never moves the robot
-                self._refused = received
-                log.warning("joy teleop: ignored a Joy message on %s with axes %s", self.topic, list(received.msg.axes))
-            return TeleopCommand.idle(self._state.gripper)
-        axes, held = pygame_inputs(sdl_axes, list(received.msg.buttons), self.layout)
-        command, self._state = gamepad_command(axes, held, self._state, self.deadzone, self.bindings, self.axis_map)
-        return command
+        if len(sdl_axes) >= self.layout.axis_count and all(math.isfinite(value) for value in sdl_axes):
+            return pygame_inputs(sdl_axes, list(received.msg.buttons), self.layout)
+        if received is not self._refused:
+            self._refused = received
+            log.warning("joy teleop: ignored a Joy message on %s with axes %s", self.topic, list(received.msg.axes))
+        return None
 
 
 class TwistTeleop(_TopicDevice):
@@ -150,14 +169,14 @@ class TwistTeleop(_TopicDevice):
 
     def poll(self) -> TeleopCommand:
         received = self.subscription.latest() if self.bridge is not None else None
-        events = self._press_buttons()
-        stale = self._fresh(received, self._gripper)
+        events = self._press_buttons() if self.bridge is not None else frozenset()
+        stale = self._fresh(
+            received, self._gripper, resting=received is not None and _at_rest(received.msg, self.stamped)
+        )
         if stale is not None:
             engaged = self._takeover and stale.connected
             return TeleopCommand(engaged, stale.twist, self._gripper, stale.connected, events)
-        twist_msg = received.msg.twist if self.stamped else received.msg
-        linear, angular = twist_msg.linear, twist_msg.angular
-        raw = torch.tensor([linear.x, linear.y, linear.z, angular.x, angular.y, angular.z], dtype=torch.float32)
+        raw = torch.tensor(_twist_values(received.msg, self.stamped), dtype=torch.float32)
         raw = torch.where(torch.isfinite(raw), raw, torch.zeros(()))  # a NaN from a driver never moves the robot
         twist = self.axis_map.apply(apply_deadzone(raw.clamp(-1.0, 1.0), self.deadzone)).clamp(-1.0, 1.0)
         engaged = self._takeover or bool(twist.abs().max() > 0)
@@ -178,3 +197,14 @@ class TwistTeleop(_TopicDevice):
                 self._takeover = not self._takeover
                 events.add("toggle_takeover")
         return frozenset(events)
+
+
+def _twist_values(msg: Any, stamped: bool) -> list[float]:
+    """linear x, y, z and angular x, y, z of a Twist (or, `stamped`, a TwistStamped)."""
+    twist = msg.twist if stamped else msg
+    return [twist.linear.x, twist.linear.y, twist.linear.z, twist.angular.x, twist.angular.y, twist.angular.z]
+
+
+def _at_rest(msg: Any, stamped: bool) -> bool:
+    """Whether a twist message is spacenav_node's all-zero one at release (silence after it is rest, not loss)."""
+    return all(value == 0.0 for value in _twist_values(msg, stamped))
