@@ -17,7 +17,8 @@ Graph rules an agent's step must keep (each is why a field of the agents is a te
 - Python flags that select a different program (an actor step this update or not) are passed as arguments:
   each distinct combination, and each batch layout, gets its own graph.
 - The optimizers are `capturable` (their step counts on the device), and nothing replaces the tensors a graph
-  reads or writes: `GraphedStep.reset()` after loading optimizer state or weights into new tensors.
+  reads or writes once it is captured: checkpoints load (into new optimizer-state tensors) before the first
+  update, as every entry point does today; `agent.load_state_dict` copies into the existing weights.
 """
 
 from __future__ import annotations
@@ -146,10 +147,6 @@ class GraphedStep:
     def graphs(self) -> int:
         """Graphs captured so far."""
         return sum(program.graph is not None for program in self._programs.values())
-
-    def reset(self) -> None:
-        """Forget every graph (after state a graph reads was replaced by new tensors, e.g. an optimizer load)."""
-        self._programs.clear()
 
     def __call__(self, batch: Batch, *flags: Hashable) -> dict[str, torch.Tensor]:
         key = (flags, batch_layout(batch))
