@@ -70,6 +70,8 @@ class RandomizationTerm:
             raise bad("target", f"of {self.param} must be one of {', '.join(TARGETS[kind])}")
         if self.operation not in OPERATIONS:
             raise bad("operation", f"must be one of {', '.join(OPERATIONS)}")
+        if self.param == "body_size" and self.target != "object":
+            raise bad("target", "of body_size must be object: a task re-reads the sizes of its loose objects only")
         if self.param in NOT_SCALED and self.operation == "scale":
             raise bad("operation", f"of {self.param} must be add or set (a position or a turn does not scale)")
         if self.distribution not in DISTRIBUTIONS:
@@ -127,22 +129,29 @@ class RandomizationTargets:
     cameras: tuple[str, ...] = ()  # the pixel observations' cameras; () where the task observes no pixels
     lights: tuple[str, ...] = ()
     renders: bool = False  # whether anything the policy sees is rendered: visual terms apply only then
+    resizable: tuple[str, ...] = ()  # the loose objects whose size the task allows to change (body_size)
 
     @classmethod
     def of_task(cls, task: ArmTask) -> RandomizationTargets:
         """The robot's joints (gripper included), the bodies they move, its actuators, the scene's loose objects
-        (bodies with a free joint) and, where the task observes pixels, its cameras and the scene's lights."""
+        (bodies with a free joint), those it allows to be resized and, where the task observes pixels, its cameras and
+        the scene's lights."""
         joints = task.robot.joints + (task.robot.gripper.joints if task.robot.gripper is not None else ())
         actuators = task.arm_actuators + (("gripper",) if task.robot.gripper is not None else ())
         bodies = tuple(dict.fromkeys(task.backend.joint_bodies(joints)))
         renders = task.cfg.obs != "state"
         cameras = tuple(task.cfg.cameras) if renders else ()
         lights = task.backend.lights() if renders else ()
-        return cls(bodies, joints, actuators, task.backend.free_bodies(), cameras, lights, renders)
+        objects = task.backend.free_bodies()
+        resizable = tuple(name for name in task.resizable_objects if name in objects)
+        return cls(bodies, joints, actuators, objects, cameras, lights, renders, resizable)
 
     def names(self, term: RandomizationTerm) -> tuple[str, ...]:
-        """What `term` changes in this scene; () where it has nothing to change (no loose object, no pixels)."""
+        """What `term` changes in this scene; () where it has nothing to change (no loose object, none the task lets
+        change size, no pixels)."""
         kind = PHYSICS_PARAMS[term.param][0]
+        if term.param == "body_size":
+            return self.resizable
         if term.param in VISUAL_PARAMS and not self.renders:
             return ()
         if kind == "world":
@@ -227,6 +236,11 @@ class PhysicsRandomizer:
             names = targets.names(term)
             if not names:
                 continue  # a task without loose objects has nothing for an object term to change
+            if term.param in backend.uniform_params:
+                raise ValueError(
+                    f"randomization.terms.{key}: {term.param} cannot differ per env on the {type(backend).__name__} "
+                    "(one geometry for all envs): use task.backend=mujoco, or leave the term out"
+                )
             nominal = backend.physics(term.param, names)[0].to("cpu", torch.float64)
             self.terms.append(_Term(key, term, names, nominal, self.num_envs))
         self._step = 0

@@ -71,6 +71,9 @@ class ArmTask(ABC):
     start_regions: ClassVar[dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
     # Goals reset_scene draws per episode with draw_goals; a robot env draws its episodes' goals the same way
     drawn_goals: tuple[str, ...] = ()
+    # loose objects whose size may change per env (randomization's body_size): the task re-reads their sizes at
+    # each reset to place them and judge success; an object whose size is the task (a peg in its hole) is not here
+    resizable_objects: ClassVar[tuple[str, ...]] = ()
     # The fewest physics steps per 40 ms control step (each 40 ms / n long) at which the scripted expert still
     # succeeds and contacts sink at most 1 mm deeper on average than at the default 20 (bench/substeps.py,
     # bench/results/substeps.jsonl line 1): a run that wants speed sets task.control_substeps=n
@@ -197,6 +200,11 @@ class ArmTask(ABC):
         )
         spec.validate()
         return spec
+
+    def object_size(self, name: str, env_ids: torch.Tensor) -> torch.Tensor:
+        """[K] the size factor (randomization's body_size, 1 nominal) of resizable object `name` in `env_ids`, on
+        the task's device: the randomizer writes it before reset_scene reads it."""
+        return self.backend.physics("body_size", (name,))[env_ids.to(self.backend.device), 0].to(self.device)
 
     def tensor(self, values) -> torch.Tensor:
         """A float32 constant on the task's device."""

@@ -30,6 +30,10 @@ PHYSICS_PARAMS: dict[str, tuple[str, tuple[int, ...]]] = {
     "joint_frictionloss": ("joint", ()),  # N m: dry friction
     "actuator_gain": ("actuator", ()),  # a position actuator's stiffness kp (its damping kv stays)
     "gravity": ("world", (3,)),  # m/s^2; its one name is "world"
+    # a factor on a loose object's nominal size: its geoms' sizes and their offsets in the body scale alike, the mass
+    # stays (the inertia scales with the size squared); a task that allows it re-reads the size to place the object
+    # (ArmTask.resizable_objects). Primitive shapes only: a mesh's vertices are compiled into the model
+    "body_size": ("body", ()),
     # What a camera sees, not physics (a backend that renders; pixel observations): relative to the nominal scene
     "camera_pos": ("camera", (3,)),  # m: the camera's position in its body's frame
     "camera_tilt": ("camera", (3,)),  # rad: a rotation vector turning the camera from its nominal orientation
@@ -55,13 +59,13 @@ def check_physics_param(param: str, names: Sequence[str]) -> tuple[str, tuple[in
 
 # quantities that cannot be zero or negative, and those that cannot be negative (randomization checks its ranges
 # against the same sets at start-up)
-POSITIVE_PARAMS = frozenset({"body_mass", "friction", "actuator_gain", "camera_fovy"})
+POSITIVE_PARAMS = frozenset({"body_mass", "body_size", "friction", "actuator_gain", "camera_fovy"})
 NON_NEGATIVE_PARAMS = frozenset({"joint_damping", "joint_armature", "joint_frictionloss", "light_diffuse", "rgb_tint"})
 
 
 def check_physics_values(param: str, names: Sequence[str], values: torch.Tensor, count: int) -> torch.Tensor:
     """`values` for `count` envs as float64 on the CPU, or ValueError naming the parameter and the bad value: a
-    wrong shape, a non-finite value, a mass, friction, gain or field of view <= 0, a joint damping, armature or
+    wrong shape, a non-finite value, a mass, size, friction, gain or field of view <= 0, a joint damping, armature or
     friction, a light or a tint < 0."""
     _, shape = check_physics_param(param, names)
     expected = (count, len(names), *shape)
@@ -83,6 +87,9 @@ class SimBackend(ABC):
     num_envs: int
     physics_dt: float
     device: torch.device = torch.device("cpu")
+    # physical parameters this simulator holds alike in every env: physics() reads them as nominal, and randomization
+    # refuses a term on one at start-up
+    uniform_params: frozenset[str] = frozenset()
 
     def deepest_penetration(self) -> float | None:
         """How deep, in metres, the deepest contact of any env penetrates now (0 without one); None where the backend

@@ -101,6 +101,8 @@ def _split_scene(xml: Path) -> tuple[mujoco.MjModel, list[tuple], list[tuple[str
 
 
 class GenesisBackend(SimBackend):
+    uniform_params = frozenset({"body_size"})  # a batched scene builds each body's geometry once, for all envs
+
     def __init__(self, xml: str | Path, num_envs: int = 1, pixels: bool = False, physics_dt: float | None = None):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -401,6 +403,8 @@ class GenesisBackend(SimBackend):
             return out.scatter_reduce(1, columns.expand_as(friction), friction, "amax")
         if param == "gravity":
             return self._gravity.clone().unsqueeze(1)
+        if param == "body_size":
+            return torch.ones(self.num_envs, len(names), device=self.device)  # only ever nominal: set_physics
         getter = {
             "joint_damping": solver.get_dofs_damping,
             "joint_armature": solver.get_dofs_armature,
@@ -421,6 +425,12 @@ class GenesisBackend(SimBackend):
         elif param == "friction":
             geoms, columns, _, body_max = ids
             solver.set_geoms_friction_ratio(values[:, columns.to(values.device)] / self._in(body_max), geoms, envs)
+        elif param == "body_size":
+            if not bool((values == 1).all()):
+                raise ValueError(
+                    f"body_size of {list(names)}: the genesis backend builds one geometry per body for "
+                    "all envs, so an object's size stays nominal (uniform_params)"
+                )
         elif param == "gravity":
             self.scene.sim.set_gravity(values[:, 0], envs)
             self._gravity[env_ids.to(self.device)] = values[:, 0].to(self.device, torch.float32)

@@ -31,7 +31,18 @@ def _instability_count(data) -> int:
 _HINGE_OR_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 # Parameters MuJoCo derives constants from at qpos0 (body_subtreemass, dof_invweight0, actuator_acc0, ...): a write
 # is followed by mj_setConst, so the model equals one compiled with the new values (tests/test_randomization.py).
-_NEEDS_SET_CONST = frozenset({"body_mass", "body_com", "joint_armature"})
+_NEEDS_SET_CONST = frozenset({"body_mass", "body_com", "body_size", "joint_armature"})
+# shapes whose size a model holds in geom_size (a mesh, height field or SDF compiles its shape into other arrays)
+_PRIMITIVES = frozenset(
+    int(t)
+    for t in (
+        mujoco.mjtGeom.mjGEOM_SPHERE,
+        mujoco.mjtGeom.mjGEOM_CAPSULE,
+        mujoco.mjtGeom.mjGEOM_ELLIPSOID,
+        mujoco.mjtGeom.mjGEOM_CYLINDER,
+        mujoco.mjtGeom.mjGEOM_BOX,
+    )
+)
 
 
 def scene_spec(xml: str | Path) -> mujoco.MjSpec:
@@ -66,6 +77,7 @@ class MujocoBackend(SimBackend):
         self._tilt = np.zeros((num_envs, self.model.ncam, 3))
         self._view_option = mujoco.MjvOption()  # what a frame shows: MuJoCo's defaults, as mujoco.Renderer's
         self._tint = np.ones((num_envs, self.model.nbody, 3))
+        self._size = np.ones((num_envs, self.model.nbody))  # body_size factors
         self.num_envs = num_envs
         self.physics_dt = float(self.model.opt.timestep)
         # one per image size: pixel observations and videos differ, and rebuilding a renderer takes ~100 ms
@@ -207,6 +219,8 @@ class MujocoBackend(SimBackend):
                 raise ValueError(f"body_mass: bodies {list(names)} include one without mass (the world?)")
             if param == "rgb_tint":
                 return [np.flatnonzero(model.geom_bodyid == body) for body in bodies], bodies
+            if param == "body_size":
+                return self._size_ids(names, bodies)
             if param != "friction":
                 return bodies
             colliding = (model.geom_contype | model.geom_conaffinity) != 0
@@ -230,8 +244,47 @@ class MujocoBackend(SimBackend):
             return acts
         return None  # gravity
 
+    def _size_ids(self, names: tuple[str, ...], bodies: np.ndarray):
+        """Each body with its geoms and sites, checked to have a size the model holds (primitive geoms)."""
+        model, out = self.model, []
+        for name, body in zip(names, bodies, strict=True):
+            geoms = np.flatnonzero(model.geom_bodyid == body)
+            if len(geoms) == 0:
+                raise ValueError(f"body_size: body {name!r} has no geom to resize")
+            if any(int(t) not in _PRIMITIVES for t in model.geom_type[geoms]):
+                raise ValueError(
+                    f"body_size: body {name!r} has a mesh, height field or plane geom; only spheres, "
+                    "capsules, ellipsoids, cylinders and boxes can be resized"
+                )
+            out.append((body, geoms, np.flatnonzero(model.site_bodyid == body)))
+        return out
+
+    def _resize(self, i: int, model: mujoco.MjModel, resized, values: np.ndarray) -> None:
+        """Scale each body's shapes to `values` times nominal, keeping its mass and the centre-of-mass offset that
+        body_com added: positions in the body scale, so do the bounding volumes (in the inertial frame)."""
+        nominal = self.model
+        for (body, geoms, sites), size in zip(resized, values, strict=True):
+            ratio = size / self._size[i, body]
+            for field in ("geom_size", "geom_pos", "geom_rbound", "geom_aabb"):
+                getattr(model, field)[geoms] = getattr(nominal, field)[geoms] * size
+            model.site_pos[sites] = nominal.site_pos[sites] * size
+            model.site_size[sites] = nominal.site_size[sites] * size
+            offset = model.body_ipos[body] - nominal.body_ipos[body] * self._size[i, body]  # body_com's shift
+            start, count = model.body_bvhadr[body], model.body_bvhnum[body]
+            if count > 0:
+                rotation = np.empty(9)
+                mujoco.mju_quat2Mat(rotation, model.body_iquat[body])
+                aabb = model.bvh_aabb[start : start + count]
+                aabb[:, :3] = aabb[:, :3] * ratio + (ratio - 1.0) * (rotation.reshape(3, 3).T @ offset)
+                aabb[:, 3:] *= ratio
+            model.body_ipos[body] = nominal.body_ipos[body] * size + offset
+            model.body_inertia[body] *= ratio**2
+            self._size[i, body] = size
+
     def _read(self, i: int, param: str, ids) -> np.ndarray:
         model = self.models[i]
+        if param == "body_size":
+            return self._size[i, [body for body, _, _ in ids]]
         if param == "camera_tilt":
             return self._tilt[i, ids]
         if param == "rgb_tint":
@@ -288,6 +341,8 @@ class MujocoBackend(SimBackend):
             model.light_pos[ids] = values
         elif param == "light_diffuse":
             model.light_diffuse[ids] = values
+        elif param == "body_size":
+            self._resize(i, model, ids, values)
         elif param == "body_mass":
             model.body_inertia[ids] *= (values / model.body_mass[ids])[:, None]
             model.body_mass[ids] = values

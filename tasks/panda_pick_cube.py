@@ -27,11 +27,13 @@ class PandaPickCube(ArmTask):
     scene = "panda_pick_cube.xml"
     has_gripper = True
     default_episode_steps = 100
+    resizable_objects = ("cube",)
 
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
         self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
         self._phase_steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self._cube_half = torch.full((num_envs,), CUBE_HALF, device=self.device)  # per env: body_size may change it
 
     @classmethod
     def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
@@ -53,8 +55,10 @@ class PandaPickCube(ArmTask):
 
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         k = len(env_ids)
+        half = CUBE_HALF * self.object_size("cube", env_ids)
+        self._cube_half[env_ids] = half
         xy = CUBE_XY_LOW + torch.rand(k, 2, generator=self.generator) * (CUBE_XY_HIGH - CUBE_XY_LOW)
-        pos = torch.cat([xy, torch.full((k, 1), CUBE_HALF)], -1)
+        pos = torch.cat([xy, half.cpu().unsqueeze(-1)], -1)
         yaw = (torch.rand(k, generator=self.generator) * 2 - 1) * math.radians(20)
         quat = torch.stack([torch.cos(yaw / 2), torch.zeros(k), torch.zeros(k), torch.sin(yaw / 2)], -1)
         self.backend.set_free_body_pose(env_ids, "cube", pos, quat)
@@ -82,7 +86,7 @@ class PandaPickCube(ArmTask):
         grasped = self.backend.in_contact(FINGER_PADS[:1], ("cube",)) & self.backend.in_contact(
             FINGER_PADS[1:], ("cube",)
         )
-        height = cube_pos[:, 2] - CUBE_HALF
+        height = cube_pos[:, 2] - self._cube_half
         success = (height >= LIFT_HEIGHT) & grasped
         if self.cfg.reward == "sparse":
             reward = success.float() - 1.0
@@ -111,7 +115,7 @@ class PandaPickCube(ArmTask):
         target[phase == 0] = above[phase == 0]
         grip[phase >= 2] = 1.0
         lift = cube_pos.clone()
-        lift[:, 2] = CUBE_HALF + LIFT_HEIGHT + 0.03
+        lift[:, 2] = self._cube_half + LIFT_HEIGHT + 0.03
         target[phase == 3] = lift[phase == 3]
         error = target - ee
         self._phase_steps += 1

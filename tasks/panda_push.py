@@ -67,6 +67,7 @@ class PandaPush(ArmTask):
     fewest_substeps = 5  # bench/substeps.py (2026-11-28): the expert and its contacts stay right
     scene = "panda_push.xml"
     default_episode_steps = 100
+    resizable_objects = ("puck",)
 
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
@@ -94,7 +95,8 @@ class PandaPush(ArmTask):
     def reset_scene(self, env_ids: torch.Tensor) -> None:
         k = len(env_ids)
         xy = PUCK_XY_LOW + torch.rand(k, 2, generator=self.generator) * (PUCK_XY_HIGH - PUCK_XY_LOW)
-        puck = torch.cat([xy, torch.full((k, 1), PUCK_HALF_HEIGHT)], -1)
+        half = PUCK_HALF_HEIGHT * self.object_size("puck", env_ids).cpu()
+        puck = torch.cat([xy, half.unsqueeze(-1)], -1)
         goal = self.draw_goals(k, {"puck": puck}, self.generator)["goal"]
         upright = torch.tensor([1.0, 0.0, 0.0, 0.0]).expand(k, 4)
         self.backend.set_free_body_pose(env_ids, "puck", puck, upright)

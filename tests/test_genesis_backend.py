@@ -380,6 +380,13 @@ def test_randomized_physics_is_per_env_and_draws_as_on_mujoco(genesis):
 
     with pytest.raises(ValueError, match=r"camera_fovy changes what a camera sees; the genesis backend does not"):
         backend.physics("camera_fovy", ["front"])
+    # one geometry for every env: an object's size stays nominal, and a term that resizes it is refused up front
+    assert backend.physics("body_size", ["cube"]).tolist() == [[1.0], [1.0]]
+    wide = OmegaConf.load(CONFIGS / "randomization" / "wide.yaml")
+    with pytest.raises(ValueError, match=r"terms.object_size: body_size cannot differ per env on the GenesisBackend"):
+        add_randomization(
+            envs["genesis"], OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RandomizationConfig), wide)), 5
+        )
 
     # joint1's stiffness 2000 in env 0 and 20 in env 1, the same target 0.2 rad away: after 20 ms env 0's joint has
     # gone far further

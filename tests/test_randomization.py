@@ -92,8 +92,8 @@ def test_draws_follow_their_distribution(distribution, cdf):
     assert stats.kstest(draws, cdf).pvalue > 0.01
 
 
-def _fresh_compile(xml, changed: mujoco.MjModel, bodies, joints, actuators) -> mujoco.MjModel:
-    """The scene compiled from its MJCF with `changed`'s values written into the spec."""
+def _fresh_compile(xml, changed: mujoco.MjModel, bodies, joints, actuators, resized=()) -> mujoco.MjModel:
+    """The scene compiled from its MJCF with `changed`'s values written into the spec (shapes: of `resized`)."""
     spec = scene_spec(xml)
     for name in bodies:
         body, i = spec.body(name), changed.body(name).id
@@ -104,6 +104,10 @@ def _fresh_compile(xml, changed: mujoco.MjModel, bodies, joints, actuators) -> m
         first = changed.body(name).geomadr[0]
         for k, geom in enumerate(body.geoms):
             geom.friction[0] = changed.geom_friction[first + k, 0]
+            if name in resized:
+                geom.size, geom.pos = changed.geom_size[first + k], changed.geom_pos[first + k]
+        for site in body.sites if name in resized else ():
+            site.pos, site.size = changed.site(site.name).pos, changed.site(site.name).size
     for name in joints:
         joint, dof = spec.joint(name), changed.joint(name).dofadr[0]
         joint.armature, joint.frictionloss = float(changed.dof_armature[dof]), float(changed.dof_frictionloss[dof])
@@ -117,9 +121,12 @@ def _fresh_compile(xml, changed: mujoco.MjModel, bodies, joints, actuators) -> m
 
 @pytest.mark.parametrize("name", ["panda_pick_cube", "hand_reorient"])
 def test_a_randomized_model_equals_a_fresh_compile_with_its_values(name):
-    """MuJoCo derives constants from masses, centres of mass and armatures (mj_setConst); the backend recomputes
-    them, and moves each body's bounding volumes with its centre of mass, so nothing stale is left."""
-    env, _ = _randomized(name=name, num_envs=2, preset="wide")
+    """MuJoCo derives constants from masses, centres of mass, sizes and armatures (mj_setConst); the backend
+    recomputes them, and moves and scales each body's bounding volumes with its centre of mass and size, so nothing
+    stale is left."""
+    env, randomizer = _randomized(name=name, num_envs=2, preset="wide")
+    if name == "panda_pick_cube":  # the cube resized (after its centre of mass moved), hand_reorient's cube not
+        assert randomizer.values()["object_size"][1, 0] != 1.0
     backend = env.task.backend
     # a centre-of-mass shift on every robot body too (the presets move only the objects')
     targets = RandomizationTargets.of_task(env.task)
@@ -132,6 +139,7 @@ def test_a_randomized_model_equals_a_fresh_compile_with_its_values(name):
         targets.robot_bodies + targets.objects,
         targets.robot_joints,
         targets.robot_actuators,
+        targets.resizable,
     )
     differ = [
         field
@@ -142,6 +150,44 @@ def test_a_randomized_model_equals_a_fresh_compile_with_its_values(name):
     ]
     assert differ == []
     assert not np.allclose(changed.body_mass, backend.model.body_mass)  # something was changed
+    env.close()
+
+
+def test_a_resized_cube_rests_on_the_table_and_is_judged_by_its_size():
+    """body_size scales the cube (mass kept, inertia with the size squared); the task places each env's cube on the
+    table by its own half size and measures its lift from there, so the expert still picks every size."""
+    cfg = RandomizationConfig(
+        terms={"size": RandomizationTerm(param="body_size", target="object", low=0.75, high=1.25, when="startup")}
+    )
+    env = _env("panda_pick_cube", 4)
+    randomizer = add_randomization(env, cfg, seed=0)
+    env.reset(seed=0)
+    sizes = randomizer.values()["size"][:, 0]
+    backend = env.task.backend
+    assert sizes.min() < 0.9 and sizes.max() > 1.1
+    for e, size in enumerate(sizes.tolist()):
+        model = backend.models[e]
+        cube = model.body("cube").id
+        assert model.geom_size[model.body("cube").geomadr[0]] == pytest.approx([0.02 * size] * 3)
+        assert model.body_mass[cube] == pytest.approx(backend.model.body_mass[cube])
+        assert model.body_inertia[cube] == pytest.approx(backend.model.body_inertia[cube] * size**2)
+    for _ in range(5):  # settled: each cube rests on the table at its own half size, not sunk in or dropped
+        env.step(torch.zeros(4, env.action_dim))
+    height = backend.body_pose("cube")[0][:, 2].double()
+    assert height.numpy() == pytest.approx((0.02 * sizes).numpy(), abs=1e-3)
+    won = torch.zeros(4, dtype=torch.bool)
+    for _ in range(env.task.episode_steps):
+        result = env.step(env.task.expert_action())
+        won |= result.success
+        if won.all():
+            break
+    assert won.all(), sizes
+    with pytest.raises(ValueError, match=r"body_size: body 'world' has a mesh, height field or plane"):
+        backend.set_physics("body_size", torch.tensor([0]), ["world"], torch.tensor([[1.1]]))
+    with pytest.raises(ValueError, match=r"size.target of body_size must be object"):
+        RandomizationTerm(param="body_size", target="robot", low=0.9, high=1.1).validate("size")
+    with pytest.raises(ValueError, match=r"body_size of \['cube'\] must be > 0"):
+        backend.set_physics("body_size", torch.tensor([0]), ["cube"], torch.tensor([[0.0]]))
     env.close()
 
 
