@@ -1,5 +1,6 @@
-"""An actuator model between a task's commands and the simulator: command latency in whole physics substeps and a
-first-order low-pass filter on the targets, as a robot's drivers and controller add them.
+"""An actuator model between a task's commands and the simulator: command latency in whole physics substeps, a
+first-order low-pass filter on the targets, as a robot's drivers and controller add them, and the safety shield's
+motion limits, as a robot's shield imposes them.
 
 A command computed at a control step arrives `k` substeps later, `k` drawn per env (per episode or per step) from
 `[latency_min, latency_max]`; until it arrives the previous command stays in force. Arrivals never go backwards: a
@@ -7,6 +8,12 @@ command drawn to arrive before its predecessor arrives with it, and the later on
 reordered (MuJoCo Playground's per-step observation delay can reorder them). A command may arrive in a later
 control step than the one that sent it (k beyond a control step's substeps). At an episode's start an env holds
 the pose the task reset it to until its first command arrives.
+
+With `shield_motion`, an arm's joint targets reach its actuators as the shield on a robot sends them
+(robotrl/safety/motion.py): along ruckig's jerk-limited path within the robot spec's velocity, acceleration and
+jerk limits, one setpoint per physics substep as the shield sends one per control period. Without it a simulated
+Panda accelerates several times faster than a Franka may: the scripted pick took 41 control steps in simulation
+and about 88 on the twin through the shield (tests/test_actuation.py measures both).
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ from robotrl.sim2real.randomization import stream_seed
 from robotrl.tasks.arm_task import ArmTask
 from robotrl.tasks.backend import SimBackend
 
+from robotrl.safety.config import ShieldConfig
+from robotrl.safety.limits import JointLimits
+from robotrl.safety.motion import JerkLimitedMotion
+
 LATENCY_PER = ("episode", "step")
 
 
@@ -31,10 +42,13 @@ class ActuationConfig:
     # Low-pass filter on the actuator targets as they arrive: target = a * previous + (1 - a) * arrived, per
     # substep-free command (0: off). A Franka's controller smooths commands this way (its cutoff is configurable).
     target_smoothing: float = 0.0
+    # The arm's targets follow the shield's jerk-limited motion (the robot spec's limits, the shield's default
+    # scales), so a policy learns the pace a robot behind its shield can keep; needs the `safety` extra (ruckig)
+    shield_motion: bool = False
 
     @property
     def enabled(self) -> bool:
-        return self.latency_max > 0 or self.target_smoothing > 0
+        return self.latency_max > 0 or self.target_smoothing > 0 or self.shield_motion
 
     def validate(self, key: str = "actuation", episode_substeps: int | None = None) -> None:
         if self.latency_min < 0 or self.latency_max < self.latency_min:
@@ -73,6 +87,13 @@ class DelayedActuation:
         self.current: torch.Tensor | None = None  # [E, A] the targets in force
         self.last_arrival = torch.zeros(self.num_envs, dtype=torch.long)
         self.clock = 0  # substeps since the start
+        # the shield's motion per env: the arm's columns (the first ones) move along it, a gripper's does not
+        self.arm_columns = len(task.arm_actuators)
+        self.motions: list[JerkLimitedMotion] = []
+        if cfg.shield_motion:
+            limits = JointLimits.from_spec(task.robot, ShieldConfig(control_period=task.backend.physics_dt))
+            self.motions = [JerkLimitedMotion(limits, task.backend.physics_dt) for _ in range(self.num_envs)]
+            self._lower, self._upper = limits.lower.float(), limits.upper.float()  # the margin the shield keeps
 
     def _draw(self, count: int) -> torch.Tensor:
         span = self.cfg.latency_max - self.cfg.latency_min + 1
@@ -89,7 +110,9 @@ class DelayedActuation:
         if self.current is None:
             self.current = torch.zeros(self.num_envs, hold.shape[1])
         self.current[ids] = hold
-        self.backend.set_actuators(actuators, self.current)
+        for k, env in enumerate(ids.tolist() if self.motions else ()):
+            self.motions[env].reset(hold[k, : self.arm_columns])
+        self.backend.set_actuators(actuators, self._setpoints() if self.motions else self.current)
 
     def apply(self, actuators: Sequence[str], targets: torch.Tensor, substeps: int) -> None:
         """Send this control step's targets [E, A] and advance the physics `substeps`, delivering every command
@@ -119,12 +142,28 @@ class DelayedActuation:
                 break
             at = int(due.min())
             if at > self.clock:
-                backend.step(at - self.clock)
-                self.clock = at
+                self._advance(backend, actuators, at - self.clock)
             self._deliver(backend, actuators, self.arrival <= self.clock)
         if end > self.clock:
-            backend.step(end - self.clock)
-            self.clock = end
+            self._advance(backend, actuators, end - self.clock)
+
+    def _advance(self, backend: SimBackend, actuators: Sequence[str], substeps: int) -> None:
+        """Step the physics `substeps`; with the shield's motion, one substep at a time, each with its setpoint."""
+        if not self.motions:
+            backend.step(substeps)
+        else:
+            for _ in range(substeps):
+                for motion in self.motions:
+                    motion.step()
+                backend.set_actuators(actuators, self._setpoints())
+                backend.step(1)
+        self.clock += substeps
+
+    def _setpoints(self) -> torch.Tensor:
+        """The targets in force with the arm's columns at each env's motion setpoint."""
+        out = self.current.clone()
+        out[:, : self.arm_columns] = torch.stack([motion.position for motion in self.motions]).float()
+        return out
 
     def _deliver(self, backend: SimBackend, actuators: Sequence[str], arrived: torch.Tensor) -> None:
         """Put the latest arrived command of each env in force (filtered) and free the slots."""
@@ -135,7 +174,14 @@ class DelayedActuation:
         a = self.cfg.target_smoothing
         self.current[rows] = a * self.current[rows] + (1 - a) * arrived_targets
         self.arrival[arrived] = _NEVER
-        backend.set_actuators(actuators, self.current)
+        if not self.motions:
+            backend.set_actuators(actuators, self.current)
+            return
+        for env in rows.tolist():  # a new move from where each arm's setpoint is now (a retarget mid-move curves)
+            motion = self.motions[env]
+            plan = motion.plan(torch.clamp(self.current[env, : self.arm_columns], self._lower, self._upper))
+            if plan is not None:
+                motion.follow(plan)
 
 
 _NEVER = 2**62
