@@ -217,6 +217,28 @@ def check_hardware(spec: DeploySpec, hw: RobotEnvConfig) -> None:
         )
 
 
+def warn_on_crops(spec: DeploySpec, hw: RobotEnvConfig) -> None:
+    """Log a warning for each camera whose crop on the robot (`hardware.camera_crops`) is not the one the policy
+    trained with (`task.camera_crops`, in the spec's task config): it would see another part of the picture."""
+    trained = spec.task_config.get("camera_crops") or {}
+    for camera in spec.cameras:
+        want, have = trained.get(camera), hw.camera_crops.get(camera)
+        same = (want is None and have is None) or (
+            want is not None
+            and have is not None
+            and len(want) == len(have)
+            and all(math.isclose(float(a), float(b), abs_tol=1e-6) for a, b in zip(want, have, strict=True))
+        )
+        if not same:
+            log.warning(
+                "camera %s: the policy was trained on crop %s (task.camera_crops), hardware.camera_crops gives %s: "
+                "the policy sees another part of the picture than in training",
+                camera,
+                list(want) if want is not None else "none (the whole frame)",
+                list(have) if have is not None else "none (the whole frame)",
+            )
+
+
 def make_robot_env(
     hw: RobotEnvConfig,
     spec: DeploySpec,
@@ -236,7 +258,14 @@ def make_robot_env(
             hw.policy_rate_hz,
         )
     if spec.cameras:  # only the cameras the policy observes are listened to
-        hw = dataclasses.replace(hw, cameras=list(spec.cameras), image_size=spec.image_size)
+        warn_on_crops(spec, hw)
+        hw = dataclasses.replace(
+            hw,
+            cameras=list(spec.cameras),
+            image_size=spec.image_size,
+            camera_sources={k: v for k, v in hw.camera_sources.items() if k in spec.cameras},
+            camera_crops={k: v for k, v in hw.camera_crops.items() if k in spec.cameras},
+        )
     args = _robot_env_args(spec, hw, goal or {}, relative_goal or {}, goal_option)
     env = RobotEnv(
         hw,

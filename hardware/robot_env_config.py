@@ -7,9 +7,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from robotrl.hardware.cameras import parse_source
 from robotrl.hardware.realtime import check_priority
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 
+from robotrl.core.camera_crop import check_camera_crops
 from robotrl.safety import ShieldConfig
 
 ON_STALE = ("hold", "raise")
@@ -44,6 +46,14 @@ class RobotEnvConfig:
     on_stale: str = "hold"  # hold (send nothing, report in info) | raise
     cameras: list[str] = field(default_factory=list)  # observation cameras -> pixels_<name>
     camera_topic: str = "/camera/{name}/image_raw"
+    # Where each camera's frames come from: "ros" (camera_topic, the default for a camera not named here) or
+    # "opencv:<index | path | URL>" (a USB camera read on this machine through OpenCV, extra cameras: no camera
+    # node, no topic; hardware/cameras.py), e.g. {wrist: "opencv:0"}
+    camera_sources: dict[str, str] = field(default_factory=dict)
+    # camera -> [top, bottom, left, right] fractions of its frame: the region the policy sees, area-resized to
+    # image_size (HIL-SERL crops its views so). Must be the crop the policy trained with (task.camera_crops):
+    # robotrl-deploy warns when they differ
+    camera_crops: dict[str, list[float]] = field(default_factory=dict)
     image_size: int = 84
     # Tracked objects (a motion-capture system, a fiducial detector): each name's geometry_msgs/PoseStamped on
     # object_topic gives the object entries a simulated task observes (`<name>_pos`, `<name>_quat`,
@@ -131,7 +141,35 @@ class RobotEnvConfig:
         for name in ("reset_tolerance", "reset_velocity", "reset_timeout", "close_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"hardware.{name} must be > 0, got {getattr(self, name)!r}")
+        self._check_cameras()
         self._check_topics()
+
+    def _check_cameras(self) -> None:
+        if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 1:
+            raise ValueError(f"hardware.image_size must be an integer >= 1, got {self.image_size!r}")
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f"hardware.cameras names a camera twice: {list(self.cameras)}")
+        for key in ("camera_sources", "camera_crops"):
+            value = getattr(self, key)
+            if not hasattr(value, "items"):
+                raise ValueError(f"hardware.{key} must map camera names to settings, got {value!r}")
+            unknown = sorted(str(name) for name in value if name not in self.cameras)
+            if unknown:
+                raise ValueError(
+                    f"hardware.{key} names cameras {unknown} that are not in hardware.cameras {list(self.cameras)}"
+                )
+        for name, source in self.camera_sources.items():
+            parse_source(source, f"hardware.camera_sources.{name}")
+        check_camera_crops(self.camera_crops, list(self.cameras), "hardware.camera_crops")
+
+    def camera_source(self, name: str) -> tuple[str, int | str | None]:
+        """Camera `name`'s source as (kind, what to open): ("ros", None) or ("opencv", index or path)."""
+        return parse_source(self.camera_sources.get(name, "ros"), f"hardware.camera_sources.{name}")
+
+    def camera_crop(self, name: str) -> tuple[float, float, float, float] | None:
+        """Camera `name`'s crop (top, bottom, left, right), or None: the whole frame."""
+        crop = self.camera_crops.get(name)
+        return None if crop is None else tuple(float(v) for v in crop)
 
     def _check_topics(self) -> None:
         """Every topic name the env will use, before a bridge joins the domain."""
@@ -141,6 +179,8 @@ class RobotEnvConfig:
         names = ("estop_topic", "estop_ack_topic", "scene_reset_topic")
         topics += [(name, getattr(self, name)) for name in names if getattr(self, name)]
         for camera in self.cameras:
+            if self.camera_source(camera)[0] != "ros":
+                continue  # read on this machine (hardware/cameras.py): no topic
             topics.append(("camera_topic", topic_for(self.camera_topic, camera, "hardware.camera_topic")))
         bad = [name for name in self.objects if not (isinstance(name, str) and name.isidentifier())]
         if bad:

@@ -7,7 +7,9 @@ on `/<controller>/commands` (std_msgs/Float64MultiArray) and the gripper on `/<g
 The shield's corrections are counted per policy period (`take_info`) and over the link's life (`totals`). The
 e-stop topic latches the shield's e-stop; the acknowledgement topic (or `acknowledge_estop`) lets the next
 `restart_shield` restart it once every live publisher says released. The link also opens the topics observation
-assembly reads (cameras, tracked objects) and the scene-reset request; it never decides what to observe.
+assembly reads (cameras, tracked objects) and the scene-reset request; it never decides what to observe. A camera
+whose `hardware.camera_sources` entry is `opencv:...` is read on this machine (hardware/cameras.py) instead of a
+topic, through the same `latest()`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from robotrl.hardware.cameras import OpenCVCamera
 from robotrl.hardware.estop import EStopInput
 from robotrl.hardware.realtime import lock_memory, set_realtime_priority
 from robotrl.hardware.robot_env_config import RobotEnvConfig
@@ -83,9 +86,11 @@ class RobotLink:
 
         self._owns_bridge = bridge is None
         self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
+        self.images: dict[str, Any] = {}
         try:
             self._open_topics(list(objects))
-        except BaseException:  # a failed construction must not keep the domain joined
+        except BaseException:  # a failed construction must not keep the domain joined, nor a camera open
+            self._close_cameras()
             if self._owns_bridge:
                 self.bridge.close()
             raise
@@ -123,10 +128,14 @@ class RobotLink:
         if cfg.scene_reset_topic:
             self.topics["scene_reset"] = cfg.scene_reset_topic
             self._scene_reset_pub = self.bridge.publisher(cfg.scene_reset_topic, Bool, "default")
-        self.images = {
-            name: self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
-            for name in cfg.cameras
-        }
+        # camera -> its newest frame's source (`latest()`): a topic's subscription, or a USB camera read here
+        self.images = {}
+        for name in cfg.cameras:
+            kind, source = cfg.camera_source(name)
+            if kind == "opencv":
+                self.images[name] = OpenCVCamera(name, source)
+            else:
+                self.images[name] = self.bridge.subscription(cfg.camera_topic.format(name=name), Image, "sensor_data")
         # best effort: matches a reliable publisher too (a tracker may publish either way)
         self.object_poses = {
             name: self.bridge.subscription(cfg.object_topic.format(name=name), PoseStamped, "sensor_data")
@@ -392,6 +401,12 @@ class RobotLink:
     def closed(self) -> bool:
         return self._closing.is_set()
 
+    def _close_cameras(self) -> None:
+        """Stop the USB cameras' reading threads (a topic's frames end with the bridge)."""
+        for camera in self.images.values():
+            if isinstance(camera, OpenCVCamera):
+                camera.close()
+
     def close(self) -> None:
         """Send no new targets; once the setpoint rests the control thread stops and the bridge is left. A move
         still under way after `close_timeout` is braked (the shield's e-stop) before the thread stops: a forward
@@ -410,6 +425,7 @@ class RobotLink:
                 log.error("robot env close: the setpoint did not come to rest; stopping the control thread")
         self._closing.set()
         self.thread.join(timeout=2.0)
+        self._close_cameras()
         if self._owns_bridge and self.bridge is not None:
             self.bridge.close()
         self.bridge = None

@@ -4,7 +4,9 @@
 object's and camera's newest `Received`: message, receipt time) and gives the observation the simulated task
 would, with `info` saying how old it is and, when it must not be acted on, why (`stale_reason`): a joint state
 too old or refused by the shield, an object pose missing, old, not a pose, in another frame or jumped faster
-than `max_object_speed` (`ObjectPoses`), a camera silent or old, a non-finite entry. `late_reason` says when
+than `max_object_speed` (`ObjectPoses`), a camera silent or old, a non-finite entry. A camera frame (a
+sensor_msgs/Image or a USB camera's RGB array) is cut to its `camera_crops` region and area-resized to
+`image_size`, as simulation does it (robotrl/core/camera_crop.py). `late_reason` says when
 an action computed from that observation arrives too late to send. Pixel entries are stacked as training
 stacked them (`robotrl.runtime.frame_stack`). Nothing here opens a topic: tests feed it plain messages.
 """
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 from robotrl.hardware.robot_kinematics import Kinematics, rotation_matrix
 
+from robotrl.core.camera_crop import crop_and_resize
 from robotrl.core.robot_spec import RobotSpec
 from robotrl.runtime.frame_stack import fresh_stack, push_frame
 
@@ -145,6 +148,25 @@ class ObjectPoses:
     def forget_motion(self) -> None:
         """A person moved the objects between episodes: no jump is judged across a reset."""
         self.last_acted.clear()
+
+
+def frame_tensor(msg) -> torch.Tensor:
+    """A camera frame of either source as a [3, H, W] uint8 RGB tensor: a USB camera's HxWx3 RGB array as is, a
+    sensor_msgs/Image through its encoding (mono8 repeated into three channels, bgr flipped, alpha dropped)."""
+    if isinstance(msg, np.ndarray):
+        if msg.dtype != np.uint8 or msg.ndim != 3 or msg.shape[2] != 3:
+            raise ValueError(f"a camera frame must be an HxWx3 uint8 RGB array, got {msg.dtype} {msg.shape}")
+        return torch.from_numpy(msg).permute(2, 0, 1)
+    # lazy: tensors imports the message types, which need cyclonedds (the ros extra)
+    from robotrl.hardware.ros2.tensors import image_tensor
+
+    pixels = image_tensor(msg)
+    if pixels.shape[0] == 1:  # mono8: the observation space (and the policy) take three channels
+        pixels = pixels.expand(3, -1, -1)
+    pixels = pixels[:3]
+    if msg.encoding.startswith("bgr"):
+        pixels = pixels.flip(0)
+    return pixels
 
 
 class ObservationAssembler:
@@ -275,7 +297,7 @@ class ObservationAssembler:
                 stale.append(f"camera {name} " + ("has sent nothing" if received is None else "frame too old"))
                 obs[f"pixels_{name}"] = np.zeros((3, cfg.image_size, cfg.image_size), np.uint8)
                 continue
-            obs[f"pixels_{name}"] = self.image(received.msg)
+            obs[f"pixels_{name}"] = self.image(received.msg, name)
             inputs.append((f"camera {name} frame", received.received_at, "max_image_age", cfg.max_image_age))
         if not all(np.isfinite(v).all() for k, v in obs.items() if not k.startswith("pixels_")):
             stale.append("non-finite state")
@@ -300,21 +322,13 @@ class ObservationAssembler:
                 return f"{what} is {age * 1e3:.1f} ms old (hardware.{setting} {limit * 1e3:.0f} ms + a period)"
         return None
 
-    def image(self, msg) -> np.ndarray:
-        """A sensor_msgs/Image as a [3, S, S] uint8 pixel entry (area-resized; mono8 grey in all three channels,
-        bgr turned to rgb)."""
-        # lazy: tensors imports the message types, which need cyclonedds (the ros extra)
-        from robotrl.hardware.ros2.tensors import image_tensor
-
-        pixels = image_tensor(msg)
-        if pixels.shape[0] == 1:  # mono8: the observation space (and the policy) take three channels
-            pixels = pixels.expand(3, -1, -1)
-        pixels = pixels[:3].float().unsqueeze(0)
-        if msg.encoding.startswith("bgr"):
-            pixels = pixels.flip(1)
-        size = self.cfg.image_size
-        pixels = torch.nn.functional.interpolate(pixels, size=(size, size), mode="area")
-        return pixels[0].round().clamp(0, 255).to(torch.uint8).numpy()
+    def image(self, msg, camera: str | None = None) -> np.ndarray:
+        """A camera frame as a [3, S, S] uint8 pixel entry: `msg` a sensor_msgs/Image (mono8 grey in all three
+        channels, bgr turned to rgb) or a USB camera's HxWx3 RGB array (hardware/cameras.py), cut to `camera`'s
+        crop (`hardware.camera_crops`; None: the whole frame) and area-resized, as simulation does
+        (robotrl/core/camera_crop.py)."""
+        crop = None if camera is None else self.cfg.camera_crop(camera)
+        return crop_and_resize(frame_tensor(msg), crop, self.cfg.image_size).numpy()
 
     def stack(self, obs: dict[str, np.ndarray], fresh: bool) -> dict[str, np.ndarray]:
         """Pixel entries as the last `frame_stack` frames on the channel axis; at an episode's start (`fresh`)

@@ -22,6 +22,7 @@ from robotrl.tasks.controllers import ArmController
 from robotrl.tasks.memory import check_num_envs_fits
 from robotrl.tasks.rotations import quat_to_matrix
 
+from robotrl.core.camera_crop import check_camera_crops, crop_and_resize, render_size
 from robotrl.core.deploy_spec import DeploySpec, ObsEntry
 from robotrl.core.env import Obs, StepResult, check_action
 from robotrl.core.model_overlay import load_overlay
@@ -32,6 +33,7 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 REST_TOLERANCE = 0.015  # m: an object's centre this close to its resting height is on the table
 OBS_MODES = ("state", "pixels", "state+pixels")
 SIM_TIMESTEP = 0.002  # s: the scenes' physics step (<option timestep> of assets/panda.xml and hand4.xml)
+MAX_RENDER_SIZE = 480  # px: the largest square render of a cropped camera (assets/scene.xml's offscreen 640x480)
 
 
 def make_backend(
@@ -108,6 +110,8 @@ class ArmTask(ABC):
                 raise ValueError(f"task.image_size must be within 64..128, got {cfg.image_size}")
             if not cfg.cameras:
                 raise ValueError(f"task.obs={cfg.obs} needs at least one camera in task.cameras")
+        # camera -> (top, bottom, left, right): the region each pixel observation shows (TaskVecEnv._observe)
+        self.camera_crops = check_camera_crops(cfg.camera_crops, list(cfg.cameras), "task.camera_crops")
         self.cfg = cfg
         self.episode_steps = cfg.episode_steps or self.default_episode_steps
         self.num_envs = num_envs
@@ -157,6 +161,7 @@ class ArmTask(ABC):
         offsets, measured in the scene (`measure_held_offsets`); a task with held sites needs them."""
         if cfg.obs not in OBS_MODES:
             raise ValueError(f"task.obs must be one of {', '.join(OBS_MODES)}, got {cfg.obs!r}")
+        check_camera_crops(cfg.camera_crops, list(cfg.cameras), "task.camera_crops")
         missing = sorted(set(cls.held_sites) - set(held or {}))
         if missing:
             raise ValueError(f"task {cfg.name!r}: its held points {missing} are measured in its scene; give held")
@@ -392,8 +397,15 @@ class TaskVecEnv:
             raise FloatingPointError(f"{self.name}: observation[{key!r}] is not finite: {value.tolist()}")
         if cfg.obs != "state":
             for camera in cfg.cameras:
-                frames = self.task.backend.render(camera, cfg.image_size, cfg.image_size)
-                obs[f"pixels_{camera}"] = frames.permute(0, 3, 1, 2).contiguous()
+                crop = self.task.camera_crops.get(camera)
+                if crop is None:
+                    frames = self.task.backend.render(camera, cfg.image_size, cfg.image_size)
+                    obs[f"pixels_{camera}"] = frames.permute(0, 3, 1, 2).contiguous()
+                    continue
+                # a cropped camera is rendered larger, so its region is downsampled to image_size as a robot's is
+                size = render_size(crop, cfg.image_size, MAX_RENDER_SIZE)
+                frames = self.task.backend.render(camera, size, size).permute(0, 3, 1, 2)
+                obs[f"pixels_{camera}"] = crop_and_resize(frames, crop, cfg.image_size)
         return obs
 
     def reset(self, seed: int | None = None) -> Obs:

@@ -43,6 +43,10 @@ class ArmTaskConfig:
     obs: str = "state"  # state | pixels | state+pixels
     cameras: list[str] = field(default_factory=lambda: ["front"])  # pixel observation cameras: front, wrist
     image_size: int = 84  # square pixel observations, 64 to 128
+    # camera -> [top, bottom, left, right] fractions of its frame: the region the policy sees (HIL-SERL crops its
+    # views so), rendered larger and area-resized to image_size; a robot crops its frames the same way
+    # (hardware.camera_crops, robotrl/core/camera_crop.py)
+    camera_crops: dict[str, list[float]] = field(default_factory=dict)
     render_width: int = 256  # videos
     render_height: int = 256
     camera: str = "front"  # video camera
