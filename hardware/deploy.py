@@ -21,7 +21,10 @@ or camera it lacks, objects not tracked) is refused by entry before anything mov
 and tracked objects are waited for in the task's start regions (`hardware.scene_timeout`). The policy runs
 deterministically at the hardware config's policy rate; an exception in it, or a NaN action, sends nothing new
 (the shield holds). `record=<dir>` writes the session's joint states, commands and e-stop messages to a rosbag2
-bag (MCAP storage, ROS 2 CDR) that `ros2 bag` reads.
+bag (MCAP storage, ROS 2 CDR) that `ros2 bag` reads, and what the policy saw and did at each step (its deploy spec,
+episode starts and ends, every observation entry, camera frames as sensor_msgs/Image, with `record_compressed=true`
+also as PNG sensor_msgs/CompressedImage, every action; hardware/bag_recording.py, topics in hardware/bag_dataset.py),
+which `robotrl-bag-to-dataset` turns into an episode dataset.
 A JSON summary (steps, shield corrections by kind, observation ages) is printed last.
 """
 
@@ -44,8 +47,8 @@ import numpy as np
 import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from robotrl.hardware.bag_recording import BagRecorder, PolicyStepRecorder
 from robotrl.hardware.deployment import load_bundle_policy, load_deploy_spec, load_policy
-from robotrl.hardware.estop import subscribe_estop
 from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError
 from robotrl.tasks import task_functions
 
@@ -59,7 +62,15 @@ from robotrl.runtime.run_config import run_config_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BagRecorder", "DeployConfig", "load_deploy_spec", "load_policy", "make_robot_env", "run"]
+__all__ = [
+    "BagRecorder",
+    "DeployConfig",
+    "PolicyStepRecorder",
+    "load_deploy_spec",
+    "load_policy",
+    "make_robot_env",
+    "run",
+]
 
 # the entries a robot env gives from the joint state and its forward kinematics, by their deploy spec source
 ROBOT_STATE_KEYS = {
@@ -85,6 +96,7 @@ class DeployConfig:
     relative_goal: dict[str, str] = field(default_factory=dict)  # e.g. +relative_goal.to_target=target
     device: str = "cpu"
     record: str | None = None  # rosbag2 directory to create (MCAP)
+    record_compressed: bool = False  # also write each camera frame as PNG (sensor_msgs/CompressedImage; OpenCV)
 
     def validate(self) -> None:
         if (self.run is None) == (self.policy is None):
@@ -99,77 +111,8 @@ class DeployConfig:
             raise ValueError(f"episode_steps must be >= 1, got {self.episode_steps}")
         if self.record is not None and Path(self.record).exists():
             raise FileExistsError(f"record={self.record!r} exists already; give a new directory")
-
-
-class BagRecorder:
-    """Writes every message of some bridge topics to a rosbag2 bag with MCAP storage, as ROS 2 CDR (the bytes
-    our messages put on the wire). Messages are written from the bridge's receive thread, under a lock.
-    `estop_topic` is heard as the robot env hears it (`subscribe_estop`: latched and default-QoS publishers)."""
-
-    def __init__(self, bridge, path: str | Path, topics: dict[str, tuple[type, str]], estop_topic: str | None = None):
-        # lazy: the optional extra ros (Cyclone DDS messages, rosbags' writer)
-        from robotrl.hardware.ros2.msgs import Bool, ros_type_name
-        from rosbags.rosbag2 import StoragePlugin, Writer
-        from rosbags.typesys import Stores, get_typestore
-
-        self.path = Path(path)
-        self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
-        self._writer.open()
-        typestore = get_typestore(Stores.ROS2_HUMBLE)
-        self._lock = threading.Lock()
-        self._closed = False
-        self.counts: dict[str, int] = {}
-        self._subscriptions = []
-        for topic, (msg_type, qos) in topics.items():
-            connection = self._writer.add_connection(topic, ros_type_name(msg_type), typestore=typestore)
-            self.counts[topic] = 0
-            self._subscriptions.append(bridge.subscription(topic, msg_type, qos, self._writer_for(topic, connection)))
-        if estop_topic:
-            connection = self._writer.add_connection(estop_topic, ros_type_name(Bool), typestore=typestore)
-            self.counts[estop_topic] = 0
-            write = self._writer_for(estop_topic, connection)
-            self._subscriptions += subscribe_estop(bridge, estop_topic, lambda received: write(received.msg))
-
-    def sent_writer(self, topic: str, msg_type: type):
-        """A writer of messages this process sends on `topic`, each logged at the send time it is given (ns, wall
-        clock) rather than when a subscription would have received it."""
-        # lazy: the optional extra ros (Cyclone DDS messages, rosbags' writer)
-        from robotrl.hardware.ros2.msgs import ros_type_name
-        from rosbags.typesys import Stores, get_typestore
-
-        with self._lock:
-            connection = self._writer.add_connection(
-                topic, ros_type_name(msg_type), typestore=get_typestore(Stores.ROS2_HUMBLE)
-            )
-            self.counts[topic] = 0
-
-        def write(msg, sent_ns: int) -> None:
-            data = msg.serialize()
-            with self._lock:
-                if self._closed:
-                    return
-                self._writer.write(connection, sent_ns, data)
-                self.counts[topic] += 1
-
-        return write
-
-    def _writer_for(self, topic: str, connection):
-        def write(msg) -> None:
-            data = msg.serialize()
-            with self._lock:
-                if self._closed:
-                    return
-                self._writer.write(connection, time.time_ns(), data)
-                self.counts[topic] += 1
-
-        return write
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._writer.close()
+        if self.record_compressed and self.record is None:
+            raise ValueError("record_compressed=true compresses the recorded camera frames: give record=<dir> too")
 
 
 def _goal_sampler(draw, names: list[str]):
@@ -415,7 +358,7 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
     else:
         agent, spec, checkpoint = load_policy(cfg.run, cfg.device)
     env = make_robot_env(cfg.hardware, spec, cfg.goal, cfg.relative_goal, cfg.episode_steps)
-    recorder = None
+    recorder = steps_log = None
     summary: dict[str, Any] = {"checkpoint": checkpoint, "control": spec.control}
     if cfg.policy is not None:
         summary["bundle"] = str(cfg.policy)
@@ -436,6 +379,8 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
             for name in env.tracked_objects:  # the poses the policy saw
                 topics[env.topics[f"object/{name}"]] = (PoseStamped, "sensor_data")
             recorder = BagRecorder(env.bridge, cfg.record, topics, env.topics.get("estop"))
+            # what the policy saw and did, for robotrl-bag-to-dataset
+            steps_log = PolicyStepRecorder(recorder, spec, checkpoint, cfg.record_compressed)
         device = agent.device
         agent.reset_evaluation(1)
         while episodes < cfg.episodes and not stop.is_set():
@@ -447,6 +392,8 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
                 log.error("deploy: %s", error)
                 summary["ended"] = str(error)
                 break
+            if steps_log is not None:
+                steps_log.start(episodes, obs)
             while True:
                 try:
                     batch = {k: torch.as_tensor(v).unsqueeze(0).to(device) for k, v in obs.items()}
@@ -456,17 +403,23 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
                     policy_errors += 1
                     log.exception("deploy: the policy raised; the robot holds (no new command)")
                     action = np.full(env.action_dim, np.nan)
-                obs, _, terminated, truncated, _info = env.step(action)
+                obs, _, terminated, truncated, info = env.step(action)
+                if steps_log is not None:
+                    steps_log.step(action, obs, info)
                 steps += 1
                 agent.advance_evaluation(torch.tensor([terminated or truncated]))
                 out_of_time = cfg.duration is not None and time.monotonic() - start >= cfg.duration
                 if terminated or truncated or out_of_time or stop.is_set():
                     break
+            if steps_log is not None and (terminated or truncated):  # not when stopped mid-episode
+                steps_log.end(terminated, truncated)
             episodes += 1
             if cfg.duration is not None and time.monotonic() - start >= cfg.duration:
                 break
     finally:
         env.close()
+        if steps_log is not None:
+            steps_log.close()
         if recorder is not None:
             recorder.close()
     ages = np.asarray(env.ages) * 1e3
@@ -491,6 +444,8 @@ def run(cfg: DeployConfig, stop: threading.Event | None = None) -> dict[str, Any
     )
     if recorder is not None:
         summary["record"] = {"path": str(recorder.path), "messages": recorder.counts}
+        if steps_log is not None:
+            summary["record"].update(steps_log.timing(), dropped_steps=steps_log.dropped, write_errors=steps_log.failed)
     return summary
 
 

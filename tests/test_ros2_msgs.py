@@ -217,6 +217,36 @@ def test_image_data_from_any_memoryview_is_its_bytes_as_rosbags_reads_them():
         assert Image.deserialize(our_bytes).data == data
 
 
+def test_compressed_image_and_string_carry_a_png_and_json_as_rosbags_does():
+    """The two types a deployment bag adds (hardware/deploy.py: PolicyStepRecorder): a real PNG from OpenCV in a
+    sensor_msgs/CompressedImage, a JSON event with non-ASCII text in a std_msgs/String; bytes equal rosbags'."""
+    cv2 = pytest.importorskip("cv2", reason="needs the cameras extra: pip install 'robotrl[cameras]'")
+    from robotrl.hardware.ros2.msgs import CompressedImage, Header, String, Time
+
+    frame = np.random.default_rng(7).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    ok, png = cv2.imencode(".png", frame)
+    assert ok
+    header = Header(stamp=Time(sec=1_790_000_000, nanosec=123_456_789), frame_id="front")
+    ours = CompressedImage(header=header, format="rgb8; png compressed bgr8", data=png.tobytes())
+    ros_header = HUMBLE.types["std_msgs/msg/Header"](
+        stamp=HUMBLE.types["builtin_interfaces/msg/Time"](sec=1_790_000_000, nanosec=123_456_789), frame_id="front"
+    )
+    theirs = HUMBLE.types["sensor_msgs/msg/CompressedImage"](
+        header=ros_header, format="rgb8; png compressed bgr8", data=png.reshape(-1)
+    )
+    our_bytes = ours.serialize()
+    assert our_bytes == bytes(HUMBLE.serialize_cdr(theirs, "sensor_msgs/msg/CompressedImage"))
+    back = HUMBLE.deserialize_cdr(our_bytes, "sensor_msgs/msg/CompressedImage")
+    assert np.array_equal(cv2.imdecode(back.data, cv2.IMREAD_COLOR), frame)
+    assert CompressedImage.deserialize(our_bytes) == ours
+
+    text = '{"event": "stale", "reason": "caméra front frame too old: 🤖"}'
+    our_bytes = String(data=text).serialize()
+    their = HUMBLE.types["std_msgs/msg/String"](data=text)
+    assert our_bytes == bytes(HUMBLE.serialize_cdr(their, "std_msgs/msg/String"))
+    assert HUMBLE.deserialize_cdr(our_bytes, "std_msgs/msg/String").data == text
+
+
 def test_unknown_message_type_is_named():
     with pytest.raises(TypeError, match="dict"):
         ros_type_name(dict)

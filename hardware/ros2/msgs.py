@@ -56,6 +56,11 @@ class Bool(IdlStruct, typename=_dds_name("std_msgs/msg/Bool")):
 
 
 @dataclass
+class String(IdlStruct, typename=_dds_name("std_msgs/msg/String")):
+    data: str = ""
+
+
+@dataclass
 class MultiArrayDimension(IdlStruct, typename=_dds_name("std_msgs/msg/MultiArrayDimension")):
     label: str = ""
     size: uint32 = 0
@@ -95,6 +100,14 @@ class Image(IdlStruct, typename=_dds_name("sensor_msgs/msg/Image")):
     is_bigendian: uint8 = 0
     step: uint32 = 0
     # sequence<uint8> on the wire and in the type information; held as bytes (see _pixel_bytes below)
+    data: sequence[uint8] = field(default_factory=bytes)
+
+
+@dataclass
+class CompressedImage(IdlStruct, typename=_dds_name("sensor_msgs/msg/CompressedImage")):
+    header: Header = field(default_factory=Header)
+    format: str = ""  # image_transport's: "rgb8; png compressed bgr8" (the source encoding; the codec; its order)
+    # sequence<uint8> as Image's data (see _pixel_bytes below)
     data: sequence[uint8] = field(default_factory=bytes)
 
 
@@ -192,11 +205,13 @@ MESSAGE_TYPES: dict[str, type[IdlStruct]] = {
         Duration,
         Header,
         Bool,
+        String,
         MultiArrayDimension,
         MultiArrayLayout,
         Float64MultiArray,
         JointState,
         Image,
+        CompressedImage,
         Joy,
         Point,
         Vector3,
@@ -263,3 +278,4 @@ def _pixel_bytes(msg_type: type, field_name: str) -> None:
 
 
 _pixel_bytes(Image, "data")
+_pixel_bytes(CompressedImage, "data")
