@@ -88,6 +88,9 @@ def figures_of(summary: dict) -> dict:
         "identified": len(identified),
         "fitted": len(values),
         "outside_ci": sorted(set(narrow) - set(held)),
+        # every fitted parameter's error against the truth and its interval's half width, both relative to the truth
+        "rel_err": {n: round(values[n] / TRUTH[n] - 1, 4) for n in values if TRUTH.get(n)},
+        "rel_half_width": {n: round(half[n] / abs(TRUTH[n]), 4) for n in values if TRUTH.get(n)},
         "heldout_rms_fitted": summary.get("heldout_rms_fitted"),
         "heldout_rms_nominal": summary.get("heldout_rms_nominal"),
     }

@@ -12,8 +12,9 @@ recorded to `<out>/excitation` (rosbag2, MCAP). With `bag`, that bag (a robotrl-
 mujoco.sysid (sim2real/sysid.py) within the bounds of `priors` (configs/sysid_priors/<name>.yaml:
 every joint's armature, damping and dry friction, every position actuator's stiffness, the command latency); the
 held-out rest is simulated open loop from rest by the nominal and the fitted model to compare their tracking
-errors. Written: `<out>/overlay.yaml` (the identified values; those the data cannot show are listed and left at
-nominal) and `<out>/sysid.json` (values, 95% intervals, verdicts, errors); the summary is printed as one JSON line.
+errors. Written: `<out>/overlay.yaml` (every value the data constrains; those it does not pin down alone are
+listed, and those it cannot show at all stay at nominal) and `<out>/sysid.json` (values, 95% intervals, verdicts,
+errors); the summary is printed as one JSON line.
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ randomization ranges centre on.
       act2.kp: 1604.0          # N m / rad: a position actuator's stiffness
       command_latency: 0.0171  # s: a command takes effect this long after it is sent
     half_width_95: {joint2.armature: 0.004, ...}  # the fit's 95% intervals, for the record
-    not_identified: [joint1.damping]              # fitted but left at nominal: the data could not show them
+    not_identified: [joint1.damping]              # the data could not pin these down alone
 
-Only identified parameters are written as values; a parameter the data could not show stays at the model's
-nominal value. Randomization terms that scale or add (`randomization=default`) then draw around the identified
+A parameter is written as a value when the data constrains it, alone or jointly with the others (its interval
+is finite); those it does not pin down alone (a wide interval) are also listed under `not_identified`, and one
+the data could not show at all is listed there and absent from `parameters`: it stays at the model's nominal
+value. Randomization terms that scale or add (`randomization=default`) then draw around the identified
 value, since they read their nominal from the scene after the overlay is applied.
 """
 
