@@ -31,6 +31,7 @@ from cyclonedds.core import (  # noqa: E402
     WaitSet,
 )
 from cyclonedds.domain import Domain, DomainParticipant  # noqa: E402
+from cyclonedds.idl import IdlStruct  # noqa: E402
 from cyclonedds.pub import DataWriter  # noqa: E402
 from cyclonedds.sub import DataReader  # noqa: E402
 from cyclonedds.topic import Topic  # noqa: E402
@@ -140,6 +141,11 @@ class DdsPublisher(Publisher[M]):
         except Exception as error:  # cyclonedds reports a value that does not fit its field this way
             raise ValueError(f"cannot publish {self.msg_type.__name__} on {self.topic}: {error}") from error
 
+    @property
+    def writer(self) -> DataWriter:
+        """The DDS writer (services read its instance handle and its matched readers' user data)."""
+        return self._writer
+
     def subscription_count(self) -> int:
         return self._writer.get_publication_matched_status().current_count
 
@@ -164,6 +170,11 @@ class DdsSubscription(Subscription[M]):
         self._reader = reader
         self.condition = ReadCondition(reader, SampleState.Any | ViewState.Any | InstanceState.Any)
         self._draining = threading.Lock()  # the receive thread and poll() callers take in turn, in order
+
+    @property
+    def reader(self) -> DataReader:
+        """The DDS reader (services read their matched writers' user data)."""
+        return self._reader
 
     def publisher_count(self) -> int:
         return self._reader.get_subscription_matched_status().current_count
@@ -202,6 +213,13 @@ class _ReceiveThread(threading.Thread):
         self._waitset.attach(subscription.condition)
         self._wake.set(True)
 
+    def remove(self, subscription: DdsSubscription) -> None:
+        with self._lock:
+            if subscription not in self._subscriptions:
+                return
+            self._subscriptions.remove(subscription)
+        self._waitset.detach(subscription.condition)
+
     def run(self) -> None:
         while not self._stopping:
             self._waitset.wait(_RECEIVE_POLL_NS)
@@ -229,8 +247,8 @@ class DdsBridge(Bridge):
         self._receiver: _ReceiveThread | None = None
         self._lock = threading.Lock()
 
-    def _topic(self, topic: str, msg_type: type) -> Topic:
-        name = dds_topic_name(topic)
+    def _topic(self, topic: str, msg_type: type, name: str | None = None) -> Topic:
+        name = dds_topic_name(topic) if name is None else name
         with self._lock:
             existing = self._topics.get(name)
             if existing is None:
@@ -250,7 +268,9 @@ class DdsBridge(Bridge):
         self, topic: str, msg_type: type[M], qos: QoSProfile, callback: Callable[[M], Any] | None
     ) -> DdsSubscription[M]:
         reader = DataReader(self._participant, self._topic(topic, msg_type), qos=dds_qos(qos))
-        subscription = DdsSubscription(topic, msg_type, qos, callback, reader)
+        return self._receive(DdsSubscription(topic, msg_type, qos, callback, reader))
+
+    def _receive(self, subscription: DdsSubscription[M]) -> DdsSubscription[M]:
         with self._lock:
             if self._receiver is None:
                 self._receiver = _ReceiveThread(self._participant)
@@ -258,10 +278,72 @@ class DdsBridge(Bridge):
         self._receiver.add(subscription)
         return subscription
 
+    def dds_publisher(
+        self, dds_topic: str, msg_type: type[M], qos: QoSProfile, user_data: bytes | None = None
+    ) -> DdsPublisher[M]:
+        """A writer on the DDS topic `dds_topic` as named on the wire (`rq/<service>Request`, `rt/<action>/_action/
+        status`), of any IdlStruct: what services and actions build on (hardware/ros2/services.py). `user_data`
+        goes into the writer's QoS (rmw_cyclonedds pairs a client's or service's two endpoints by it)."""
+        self._check_open()
+        _check_dds_endpoint(dds_topic, msg_type)
+        writer = DataWriter(
+            self._participant, self._topic(dds_topic, msg_type, dds_topic), qos=_with_user_data(qos, user_data)
+        )
+        return DdsPublisher(dds_topic, msg_type, qos, writer)
+
+    def dds_subscription(
+        self,
+        dds_topic: str,
+        msg_type: type[M],
+        qos: QoSProfile,
+        callback: Callable[[M], Any] | None = None,
+        user_data: bytes | None = None,
+    ) -> DdsSubscription[M]:
+        """A reader on the DDS topic `dds_topic` as named on the wire, fed by this bridge's receive thread (as
+        `subscription`'s); `callback` may be an `OnReceived`. See `dds_publisher`."""
+        self._check_open()
+        _check_dds_endpoint(dds_topic, msg_type)
+        reader = DataReader(
+            self._participant, self._topic(dds_topic, msg_type, dds_topic), qos=_with_user_data(qos, user_data)
+        )
+        return self._receive(DdsSubscription(dds_topic, msg_type, qos, callback, reader))
+
+    def close_dds_endpoint(self, endpoint: DdsPublisher | DdsSubscription) -> None:
+        """Delete one endpoint now, leaving the rest of the bridge open (a service or action closed before its
+        bridge). Idempotent; closing the bridge deletes every endpoint anyway."""
+        if self._closed:
+            return
+        if isinstance(endpoint, DdsSubscription):
+            if self._receiver is not None:
+                self._receiver.remove(endpoint)
+            with endpoint._draining:  # not while the receive thread takes from it
+                _delete(endpoint.condition)
+                _delete(endpoint.reader)
+        elif isinstance(endpoint, DdsPublisher):
+            _delete(endpoint.writer)
+        else:
+            raise TypeError(f"expected a DdsPublisher or DdsSubscription, got {endpoint!r}")
+
     def _close(self) -> None:
         if self._receiver is not None:
             self._receiver.stop()
         _leave_domain(self.domain_id, self._participant)
+
+
+def _check_dds_endpoint(dds_topic: str, msg_type: type) -> None:
+    if not isinstance(dds_topic, str) or not dds_topic or dds_topic.startswith("/"):
+        raise ValueError(f"a DDS topic name such as 'rq/add_twoRequest' is needed, got {dds_topic!r}")
+    if not (isinstance(msg_type, type) and issubclass(msg_type, IdlStruct)):
+        raise TypeError(f"the type on DDS topic {dds_topic} must be a cyclonedds IdlStruct, got {msg_type!r}")
+
+
+def _with_user_data(profile: QoSProfile, user_data: bytes | None) -> Qos:
+    qos = dds_qos(profile)
+    if user_data is None:
+        return qos
+    if not isinstance(user_data, bytes):
+        raise TypeError(f"user_data must be bytes or None, got {user_data!r}")
+    return Qos(*qos, Policy.Userdata(user_data))
 
 
 def _handle(handle: int) -> int:
