@@ -299,6 +299,11 @@ PROGRAMS = {
         "sysid",
         _strict(_schema("robotrl.hardware.identify", "SysidConfig")),
     ),
+    "robotrl-bag-to-dataset": (
+        "robotrl.hardware.bag_dataset",
+        "bag_to_dataset",
+        _strict(_schema("robotrl.hardware.bag_dataset", "BagToDatasetConfig")),
+    ),
 }
 
 
