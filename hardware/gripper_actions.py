@@ -27,6 +27,14 @@ and the newest setpoint is sent if it differs from the overdue goal's. The same 
 accept timeout (that goal never ran), and only once: a server that accepts goals but never ends them, or that
 answers cancels but not goals, is not sent the same goal over and over. So a server that went away costs one log
 line and a cancel per `probe_interval`, not a goal per period forever.
+
+`cancel()` stops the fingers where they are (robot_link.py calls it when the shield latches: an e-stop): the goal in
+flight is cancelled without waiting (again once the server accepts it, should the cancel have overtaken the goal)
+and the waiting setpoint is dropped, so nothing goes out until `send` gives a new one, which is sent even if it
+equals the cancelled goal's. A goal that ends cancelled after `cancel()` is counted in `canceled`, not `failed`.
+
+The settings a robot config carries (`hardware.gripper_actions`) are `GripperActionSettings`; `GripperActionConfig`
+adds the interface (`hardware.gripper_interface`).
 """
 
 from __future__ import annotations
@@ -53,9 +61,11 @@ ACTION_INTERFACES = ("franka_action", "gripper_command")
 LOG_EVERY = 5.0  # seconds between two log lines about rejected or failed goals (the rest are counted)
 
 
-@dataclass(frozen=True)
-class GripperActionConfig:
-    interface: str = "franka_action"  # franka_action | gripper_command
+@dataclass
+class GripperActionSettings:
+    """The action interfaces' names, deadlines and goal parameters: `hardware.gripper_actions` in a robot config
+    (not frozen: Hydra merges a config into it)."""
+
     action_namespace: str = "/franka_gripper"  # franka_action: <namespace>/move and <namespace>/grasp
     gripper_command_action: str = "/franka_gripper/gripper_action"  # gripper_command: the action's name
     accept_timeout: float = 1.0  # s for the server to accept (or reject) a goal
@@ -68,25 +78,41 @@ class GripperActionConfig:
     epsilon_outer: float = 0.08  # m: ... and up to width + outer (wide: closing on any object is a success)
     max_effort: float = 20.0  # N (GripperCommand's max_effort)
 
-    def validate(self) -> None:
+    def validate(self, key: str | None = None) -> None:
+        """ValueError naming the bad setting, as `<key>.<setting>` (`hardware.gripper_actions`) when `key` is given."""
+
+        def name(setting: str) -> str:
+            return f"{key}.{setting}" if key else f"gripper action setting {setting}"
+
+        for setting in ("action_namespace", "gripper_command_action"):
+            try:
+                full_topic_name(getattr(self, setting))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{name(setting)}: {error}") from None
+        for f in fields(GripperActionSettings):
+            value = getattr(self, f.name)
+            if f.type != "float":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name(f.name)} must be a finite number, got {value!r}")
+            positive = f.name not in ("tolerance", "epsilon_inner", "epsilon_outer")
+            if value < 0 or (positive and value == 0):
+                raise ValueError(f"{name(f.name)} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+
+
+@dataclass
+class GripperActionConfig(GripperActionSettings):
+    """The settings and the interface: what `GripperActionClient` takes."""
+
+    interface: str = "franka_action"  # franka_action | gripper_command
+
+    def validate(self, key: str | None = None) -> None:
         if self.interface not in ACTION_INTERFACES:
             raise ValueError(
                 f"gripper interface must be one of {', '.join(map(repr, ACTION_INTERFACES))} for an action client, "
                 f"got {self.interface!r}"
             )
-        full_topic_name(self.action_namespace)
-        full_topic_name(self.gripper_command_action)
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type != "float":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"gripper action setting {f.name} must be a finite number, got {value!r}")
-            positive = f.name not in ("tolerance", "epsilon_inner", "epsilon_outer")
-            if value < 0 or (positive and value == 0):
-                raise ValueError(
-                    f"gripper action setting {f.name} must be {'> 0' if positive else '>= 0'}, got {value!r}"
-                )
+        super().validate(key)
 
 
 @dataclass
@@ -139,6 +165,7 @@ class GripperActionClient:
         self._sent: float | None = None  # the setpoint of the last goal sent (what closing and opening refer to)
         self._resend = False  # after a hold: send the newest setpoint even if it equals the last one sent
         self._resent = False  # the goal in flight is such a resend (never resent again)
+        self._cancelling = False  # cancel() asked the server to cancel the goal in flight
         self._call: Any = None  # the send_goal or get_result in flight (an ActionCall)
         self._client: Any = None  # the ActionClient of the goal in flight
         self._goal_id = b""
@@ -149,12 +176,13 @@ class GripperActionClient:
         self.last_error = ""
         self._counts = dict.fromkeys(
             ("setpoints", "goals_sent", "succeeded", "failed", "rejected", "accept_timeouts", "result_timeouts"), 0
-        ) | {"holds": 0, "probes": 0, "recoveries": 0}
+        ) | {"holds": 0, "probes": 0, "recoveries": 0, "cancels": 0, "canceled": 0}
 
     @property
     def stats(self) -> dict[str, Any]:
         """Counts (setpoints, goals sent, succeeded, failed, rejected, accept and result timeouts, holds, probes,
-        recoveries), the state (idle, accepting, executing, holding, closed), the last error and the opening."""
+        recoveries, cancels asked by `cancel()` and goals that ended canceled), the state (idle, accepting,
+        executing, holding, closed), the last error and the opening."""
         with self._lock:
             return dict(self._counts, state=self._state, last_error=self.last_error, opening=self.opening)
 
@@ -195,6 +223,19 @@ class GripperActionClient:
                 self._start_goal()
             return self._state
 
+    def cancel(self) -> None:
+        """Stop the fingers where they are (an e-stop): cancel the goal in flight without waiting and drop the
+        waiting setpoint. Nothing is sent until `send` gives a setpoint again, which then goes out even if it equals
+        the cancelled goal's (the fingers stopped short of it). Never blocks."""
+        with self._lock:
+            if self._state == "closed":
+                return
+            self._wanted = self._sent = None  # where the fingers stopped is not known: the next setpoint goes out
+            if self._state in ("accepting", "executing") and not self._cancelling:
+                self._cancelling = True
+                self._counts["cancels"] += 1
+                self._client.cancel_goals_async(self.config.accept_timeout, goal_id=self._goal_id)
+
     def close(self) -> None:
         """Cancel a goal still in flight (without waiting) and leave the action servers."""
         with self._lock:
@@ -221,6 +262,7 @@ class GripperActionClient:
         self._call = client.send_goal_async(goal, self.config.accept_timeout, goal_id=self._goal_id)
         self._resent, self._resend = self._resend and unchanged, False
         self._client, self._sent, self._handle = client, wanted, None
+        self._cancelling = False
         self._counts["goals_sent"] += 1
         self._state = "accepting"
 
@@ -250,6 +292,8 @@ class GripperActionClient:
             self._counts["accept_timeouts"] += 1
             self._enter_hold(now, str(error), accepted=False)
             return
+        if self._cancelling:  # the cancel may have reached the server before the goal did: ask again
+            self._client.cancel_goals_async(self.config.accept_timeout, goal_id=self._goal_id)
         self._call = self._handle.get_result_async(self.config.result_timeout)
         self._state = "executing"
 
@@ -273,6 +317,8 @@ class GripperActionClient:
         succeeded = outcome.status == self._msgs.STATUS_SUCCEEDED and getattr(result, "success", True)
         if succeeded:
             self._counts["succeeded"] += 1
+        elif self._cancelling and outcome.status == self._msgs.STATUS_CANCELED:
+            self._counts["canceled"] += 1
         else:
             self._counts["failed"] += 1
             error = getattr(result, "error", "") or ""

@@ -32,7 +32,8 @@ policy period by the time `step` receives it (`late_action`).
 Commands: a control thread runs at `control_rate_hz` (the shield's control period) and, every period,
 passes the newest policy command (or None) through `robotrl.safety.Shield.filter` with the newest joint
 state, then publishes the shield's setpoint on `/<controller>/commands` (std_msgs/Float64MultiArray, the
-forward_position_controller of ros2_control) and the gripper on `/<gripper_controller>/commands`. The
+forward_position_controller of ros2_control) and the gripper on `/<gripper_controller>/commands` (or, with
+`hardware.gripper_interface=franka_action|gripper_command`, as ROS 2 action goals: hardware/gripper_actions.py). The
 policy runs at `policy_rate_hz`: `step()` converts the action to joint targets as the simulated task's
 controller does (ee_delta: damped least-squares IK holding the start orientation, the motion in the tool's
 start frame under `relative_frame`; joint_delta; joint_position), hands it to the control thread and
@@ -327,7 +328,7 @@ class RobotEnv(gym.Env):
         deadline = time.monotonic() + cfg.reset_timeout
         while True:
             fingers = self.spec.gripper.open if self.gripper_hold is None else self.gripper_hold
-            self.link.post(home, fingers if self.link.gripper_pub is not None else None)
+            self.link.post(home, fingers if self.link.drives_gripper else None)
             time.sleep(1.0 / cfg.policy_rate_hz)
             state = self.link.locked_state()
             error = np.abs(state.position.numpy() - home)

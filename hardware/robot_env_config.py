@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robotrl.hardware.cameras import parse_source
+from robotrl.hardware.gripper_actions import (
+    ACTION_INTERFACES,
+    GRIPPER_INTERFACES,
+    GripperActionConfig,
+    GripperActionSettings,
+)
 from robotrl.hardware.realtime import check_priority
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 
@@ -29,7 +35,17 @@ class RobotEnvConfig:
     loopback: bool = True  # stay on this machine; false for a robot on the lab network
     joint_states_topic: str = "/joint_states"
     controller: str = "forward_position_controller"  # commands go to /<controller>/commands
-    gripper_controller: str = "gripper_controller"  # /<...>/commands; "": none
+    # The gripper's controller: with gripper_interface topic its commands go to /<gripper_controller>/commands;
+    # "": the robot env drives no gripper, whatever the interface
+    gripper_controller: str = "gripper_controller"
+    # How gripper setpoints (the shield's, metres per finger) reach the gripper. A Franka Hand has no ros2_control
+    # position joint to write to: franka_gripper serves it as actions, as ros2_control's gripper action controller
+    # serves others. topic: std_msgs/Float64MultiArray on /<gripper_controller>/commands (a forward controller);
+    # franka_action: franka_gripper's Move/Grasp goals; gripper_command: control_msgs/action/GripperCommand goals.
+    # The two action interfaces need backend dds (hardware/gripper_actions.py)
+    gripper_interface: str = "topic"
+    # the action interfaces' names, deadlines and goal parameters (hardware/gripper_actions.py:GripperActionSettings)
+    gripper_actions: GripperActionSettings = field(default_factory=GripperActionSettings)
     estop_topic: str = "/estop"  # std_msgs/Bool, latched or default QoS (hardware/estop.py); "": none
     # reset() waits (connect_timeout) for a live publisher on estop_topic and refuses to start without one: an
     # e-stop nobody publishes cannot stop the arm. A simulated robot may opt out; a real one never should
@@ -111,6 +127,7 @@ class RobotEnvConfig:
             raise ValueError(f"hardware.on_stale must be one of {', '.join(ON_STALE)}, got {self.on_stale!r}")
         if not self.controller:
             raise ValueError("hardware.controller must name the joint position controller")
+        self._check_gripper()
         if not isinstance(self.require_estop_publisher, bool):
             raise ValueError(
                 f"hardware.require_estop_publisher must be true or false, got {self.require_estop_publisher!r}"
@@ -144,6 +161,35 @@ class RobotEnvConfig:
         self._check_cameras()
         self._check_topics()
 
+    def _check_gripper(self) -> None:
+        interface = self.gripper_interface
+        if interface not in GRIPPER_INTERFACES:
+            raise ValueError(
+                f"hardware.gripper_interface must be one of {', '.join(GRIPPER_INTERFACES)}, got {interface!r}"
+            )
+        if not isinstance(self.gripper_actions, GripperActionSettings):
+            raise ValueError(
+                f"hardware.gripper_actions must hold GripperActionSettings' keys, got {self.gripper_actions!r}"
+            )
+        self.gripper_actions.validate("hardware.gripper_actions")
+        if interface not in ACTION_INTERFACES:
+            return
+        if self.backend != "dds":
+            raise ValueError(
+                f"hardware.gripper_interface={interface} sends ROS 2 actions, which run on the dds backend only; "
+                f"hardware.backend is {self.backend!r}: set hardware.backend=dds"
+            )
+        if not self.gripper_controller:
+            raise ValueError(
+                f"hardware.gripper_interface={interface} drives a gripper, but hardware.gripper_controller is empty "
+                "(no gripper driven): name the gripper's controller (franka_gripper), or set gripper_interface=topic"
+            )
+
+    def gripper_action_config(self) -> GripperActionConfig:
+        """What the gripper's action client takes (gripper_interface franka_action or gripper_command)."""
+        settings = {name: getattr(self.gripper_actions, name) for name in GripperActionSettings.__dataclass_fields__}
+        return GripperActionConfig(interface=self.gripper_interface, **settings)
+
     def _check_cameras(self) -> None:
         if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 1:
             raise ValueError(f"hardware.image_size must be an integer >= 1, got {self.image_size!r}")
@@ -174,7 +220,7 @@ class RobotEnvConfig:
     def _check_topics(self) -> None:
         """Every topic name the env will use, before a bridge joins the domain."""
         topics = [("joint_states_topic", self.joint_states_topic), ("controller", f"/{self.controller}/commands")]
-        if self.gripper_controller:
+        if self.gripper_controller and self.gripper_interface == "topic":
             topics.append(("gripper_controller", f"/{self.gripper_controller}/commands"))
         names = ("estop_topic", "estop_ack_topic", "scene_reset_topic")
         topics += [(name, getattr(self, name)) for name in names if getattr(self, name)]

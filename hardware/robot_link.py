@@ -3,9 +3,15 @@ command path, the e-stop (hardware/estop.py) and real-time scheduling (hardware/
 
 A control thread at `control_rate_hz` passes the newest policy command (`post`, or None) through
 `robotrl.safety.Shield.filter` with the newest joint state every period, then publishes the shield's setpoint
-on `/<controller>/commands` (std_msgs/Float64MultiArray) and the gripper on `/<gripper_controller>/commands`.
-The shield's corrections are counted per policy period (`take_info`) and over the link's life (`totals`). The
-e-stop topic latches the shield's e-stop; the acknowledgement topic (or `acknowledge_estop`) lets the next
+on `/<controller>/commands` (std_msgs/Float64MultiArray) and the gripper on `/<gripper_controller>/commands`
+or, with `gripper_interface` franka_action or gripper_command, as action goals (hardware/gripper_actions.py):
+after the arm's command, outside the lock, a changed gripper setpoint goes to the client's `send` and its `poll`
+runs every period, neither blocking. While the shield is latched (an e-stop, a stop) the goal in flight is
+cancelled and nothing new is sent until the shield restarts: a gripper must not keep closing through an e-stop.
+The shield's corrections are counted per policy period (`take_info`) and over the link's life (`totals`); the
+gripper client's goals, failures, deadlines and holds in `stats` (`gripper_<count>`) and per policy period in
+`take_info` (`gripper/<count>`).
+The e-stop topic latches the shield's e-stop; the acknowledgement topic (or `acknowledge_estop`) lets the next
 `restart_shield` restart it once every live publisher says released. The link also opens the topics observation
 assembly reads (cameras, tracked objects) and the scene-reset request; it never decides what to observe. A camera
 whose `hardware.camera_sources` entry is `opencv:...` is read on this machine (hardware/cameras.py) instead of a
@@ -26,6 +32,7 @@ import numpy as np
 import torch
 from robotrl.hardware.cameras import OpenCVCamera
 from robotrl.hardware.estop import EStopInput
+from robotrl.hardware.gripper_actions import GripperActionClient
 from robotrl.hardware.realtime import lock_memory, set_realtime_priority
 from robotrl.hardware.robot_env_config import RobotEnvConfig
 from robotrl.hardware.robot_observation import JointReading, read_joint_state
@@ -36,6 +43,20 @@ from robotrl.core.robot_spec import RobotSpec
 from robotrl.safety import EStopLatchedError, Shield, ShieldResetError
 
 log = logging.getLogger(__name__)
+
+# the gripper action client's counts the link reports (stats: gripper_<count>; take_info: gripper/<count>)
+GRIPPER_COUNTS = (
+    "goals_sent",
+    "succeeded",
+    "failed",
+    "rejected",
+    "accept_timeouts",
+    "result_timeouts",
+    "holds",
+    "recoveries",
+    "cancels",
+    "canceled",
+)
 
 
 class EStopMissingError(ShieldResetError):
@@ -79,6 +100,11 @@ class RobotLink:
         self.state_period: float | None = None  # measured joint-state interval (s), at the first reset
         self._last_setpoint: np.ndarray | None = None
         self._gripper_sent = (math.nan, -math.inf)  # (value, time) of the last gripper command published
+        # the gripper's action client (control thread only): the setpoint last given to it, whether the shield's
+        # latch stopped it, and its counts already reported
+        self._gripper_given: float | None = None
+        self._gripper_stopped = False
+        self._gripper_reported: dict[str, int] = dict.fromkeys(GRIPPER_COUNTS, 0)
         # called on the control thread with each arm command message just published and the wall-clock time (ns)
         # it was sent: a recording of commands at their send time (robotrl-sysid), not when a subscriber got them
         self.on_command: Callable[[Any, int], None] | None = None
@@ -87,10 +113,12 @@ class RobotLink:
         self._owns_bridge = bridge is None
         self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
         self.images: dict[str, Any] = {}
+        self.gripper_actions: GripperActionClient | None = None
         try:
             self._open_topics(list(objects))
         except BaseException:  # a failed construction must not keep the domain joined, nor a camera open
             self._close_cameras()
+            self._close_gripper_actions()
             if self._owns_bridge:
                 self.bridge.close()
             raise
@@ -113,10 +141,13 @@ class RobotLink:
         self.topics = {"joint_states": cfg.joint_states_topic, "commands": f"/{cfg.controller}/commands"}
         self.joint_states = self.bridge.subscription(cfg.joint_states_topic, JointState, cfg.state_qos)
         self._command_pub = self.bridge.publisher(self.topics["commands"], Float64MultiArray, cfg.command_qos)
-        self.gripper_pub = None
+        self.gripper_pub = None  # the gripper's topic (gripper_interface topic)
         if cfg.gripper_controller and self.spec.gripper is not None:
-            self.topics["gripper"] = f"/{cfg.gripper_controller}/commands"
-            self.gripper_pub = self.bridge.publisher(self.topics["gripper"], Float64MultiArray, cfg.command_qos)
+            if cfg.gripper_interface == "topic":
+                self.topics["gripper"] = f"/{cfg.gripper_controller}/commands"
+                self.gripper_pub = self.bridge.publisher(self.topics["gripper"], Float64MultiArray, cfg.command_qos)
+            else:  # its action client (the action modules load cyclonedds, as the message types above do)
+                self.gripper_actions = GripperActionClient(self.bridge, cfg.gripper_action_config(), self.spec.gripper)
         self.estop_input: EStopInput | None = None
         if cfg.estop_topic:
             self.topics["estop"] = cfg.estop_topic
@@ -214,6 +245,13 @@ class RobotLink:
                 tick = due
 
     def _control_step(self) -> None:
+        gripper, latched = self._arm_step()
+        if self.gripper_actions is not None:
+            self._gripper_action_step(gripper, latched)
+
+    def _arm_step(self) -> tuple[float | None, str | None]:
+        """The shield's setpoint published (and the gripper's, on its topic); the gripper setpoint for an action
+        client (None: none this period) and the shield's latch, read under the lock."""
         self.joint_states.poll()  # a state that has arrived counts as fresh even if the receive thread lags
         with self.lock:
             state = self.state()
@@ -221,7 +259,7 @@ class RobotLink:
             # newer than this period (the shield refuses time going back), nor may any state look younger than 0
             now = time.monotonic()
             if not self.started or state is None:
-                return
+                return None, self.shield.latched
             command, self._pending = self._pending, None
             gripper, self._pending_gripper = self._pending_gripper, None
             safe = self.shield.filter(
@@ -238,10 +276,11 @@ class RobotLink:
             elif not self._stalled and (safe.info.get("safety/stale_hold") or safe.info.get("safety/stale_stop")):
                 self._stalled = True
                 self.stall_reactions.append(age)
+            latched = self.shield.latched
             setpoint = safe.target.numpy()
             if not np.isfinite(setpoint).all():  # the shield guarantees this; never publish otherwise
                 self.stats["non_finite_setpoint"] += 1
-                return
+                return None, latched
             self._last_setpoint = setpoint
         # lazy: the message types need cyclonedds (the ros extra); cached after the first period
         from robotrl.hardware.ros2.tensors import float64_multi_array
@@ -257,6 +296,53 @@ class RobotLink:
             if value != self._gripper_sent[0] or now - self._gripper_sent[1] >= 0.1:
                 self._gripper_sent = (value, now)
                 self.gripper_pub.publish(float64_multi_array([value], 1))
+        if self.gripper_actions is None or safe.gripper is None:
+            return None, latched
+        return float(safe.gripper), latched
+
+    def _gripper_action_step(self, setpoint: float | None, latched: str | None) -> None:
+        """The gripper's action client, once per control period, outside the lock (neither call blocks): a changed
+        setpoint sent, the goal in flight advanced; while the shield is latched, the goal cancelled (once per latch)
+        and nothing sent. A failure is counted and logged once; the arm goes on under the shield."""
+        client = self.gripper_actions
+        try:
+            if latched is not None:
+                if not self._gripper_stopped:
+                    self._gripper_stopped, self._gripper_given = True, None
+                    client.cancel()
+            elif setpoint is not None:
+                self._gripper_stopped = False
+                if setpoint != self._gripper_given:
+                    client.send(setpoint)
+                    self._gripper_given = setpoint
+            client.poll()
+            self._report_gripper(client.stats)
+        except Exception:
+            self.stats["gripper_errors"] += 1
+            if self.stats["gripper_errors"] == 1:
+                log.exception("robot env: the gripper's action client failed (counted in gripper_errors)")
+
+    def _report_gripper(self, stats: dict[str, Any]) -> None:
+        changed = {key: stats[key] - self._gripper_reported[key] for key in GRIPPER_COUNTS}
+        changed = {key: n for key, n in changed.items() if n}
+        if not changed:
+            return
+        for key, n in changed.items():
+            self._gripper_reported[key] += n
+            self.stats[f"gripper_{key}"] += n
+        with self.lock:
+            for key, n in changed.items():
+                self._period_info[f"gripper/{key}"] += n
+
+    @property
+    def drives_gripper(self) -> bool:
+        """Whether gripper setpoints reach a gripper (its topic or its action client)."""
+        return self.gripper_pub is not None or self.gripper_actions is not None
+
+    @property
+    def gripper_stats(self) -> dict[str, Any] | None:
+        """The gripper action client's counts, state and last error (None: no action client)."""
+        return None if self.gripper_actions is None else self.gripper_actions.stats
 
     def post(self, target: np.ndarray | torch.Tensor, gripper: float | None = None) -> None:
         """The policy's next joint target (and gripper opening) for the control thread."""
@@ -266,7 +352,8 @@ class RobotLink:
                 self._pending_gripper = gripper
 
     def take_info(self) -> dict[str, int]:
-        """The shield's corrections since the last call: control periods in which each kind fired."""
+        """The shield's corrections since the last call: control periods in which each kind fired; and the gripper
+        action client's new counts (`gripper/<count>`)."""
         with self.lock:
             info, self._period_info = dict(self._period_info), Counter()
         return info
@@ -401,6 +488,11 @@ class RobotLink:
     def closed(self) -> bool:
         return self._closing.is_set()
 
+    def _close_gripper_actions(self) -> None:
+        """Cancel a gripper goal still in flight and leave the action servers (before the bridge closes)."""
+        if self.gripper_actions is not None:
+            self.gripper_actions.close()
+
     def _close_cameras(self) -> None:
         """Stop the USB cameras' reading threads (a topic's frames end with the bridge)."""
         for camera in self.images.values():
@@ -425,6 +517,7 @@ class RobotLink:
                 log.error("robot env close: the setpoint did not come to rest; stopping the control thread")
         self._closing.set()
         self.thread.join(timeout=2.0)
+        self._close_gripper_actions()
         self._close_cameras()
         if self._owns_bridge and self.bridge is not None:
             self.bridge.close()

@@ -14,7 +14,11 @@ ros2_control's joint_state_broadcaster does. It takes commands as ros2_control's
   joints matched by name (a subset holds the others), followed from the current setpoint through the points
   at their `time_from_start`, counted from `header.stamp` (zero: on receipt); cubic when every point gives
   velocities, else linear; the last point is held;
-- `/<gripper_controller>/commands` (Float64MultiArray, one value: metres per finger) when the robot has one.
+- `/<gripper_controller>/commands` (Float64MultiArray, one value: metres per finger) when the robot has one;
+- with `gripper_actions=true`, also franka_gripper's actions, `<gripper_action_namespace>/move`, `/grasp`,
+  `/homing`, and a control_msgs GripperCommand at `<gripper_action_namespace>/gripper_action`
+  (hardware/twin_gripper_server.py): each goal sets the finger target (clamped to the gripper's range, as a topic
+  command is) and watches the fingers' opening in the simulation.
 
 The newest command of either kind replaces the other. A message with the wrong number of values, a
 non-finite value, unknown or repeated joint names, or times that do not increase is rejected whole and
@@ -56,6 +60,7 @@ import mujoco
 from robotrl.hardware.realtime import check_priority, set_realtime_priority
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
+from robotrl.hardware.twin_gripper_server import TwinGripperServer
 from robotrl.hardware.twin_models import MAX_LATENCY_S, CommandDelay, StateNoise
 
 from robotrl.cli_errors import reports_errors
@@ -93,6 +98,11 @@ class SimTwinConfig:
     controller: str = "forward_position_controller"  # /<controller>/commands; "" turns it off
     trajectory_controller: str = "joint_trajectory_controller"  # /<...>/joint_trajectory; "" turns it off
     gripper_controller: str = "gripper_controller"  # /<...>/commands; "" (or a robot without gripper): off
+    # Also serve the gripper as franka_gripper does, beside its topic: Move, Grasp and Homing actions under
+    # gripper_action_namespace and a control_msgs GripperCommand at <namespace>/gripper_action, for a robot env with
+    # hardware.gripper_interface=franka_action or gripper_command (hardware/twin_gripper_server.py); backend dds
+    gripper_actions: bool = False
+    gripper_action_namespace: str = "/franka_gripper"
     state_qos: str = "default"  # QoS preset of /joint_states (joint_state_broadcaster: reliable, depth 10)
     command_qos: str = "default"  # QoS preset of the command topics
     frame_id: str = ""
@@ -145,7 +155,14 @@ class SimTwinConfig:
             raise ValueError(f"object_rate_hz must be in (0, rate_hz={self.rate_hz}], got {self.object_rate_hz!r}")
         for name in self.objects:
             topic_for(self.object_topic, name, "object_topic")
-        for key in ("scene_reset_topic", "estop_topic"):
+        if not isinstance(self.gripper_actions, bool):
+            raise ValueError(f"gripper_actions must be true or false, got {self.gripper_actions!r}")
+        if self.gripper_actions and self.backend != "dds":
+            raise ValueError(
+                "gripper_actions=true serves ROS 2 actions, which run on the dds backend only; backend is "
+                f"{self.backend!r}: set backend=dds"
+            )
+        for key in ("scene_reset_topic", "estop_topic", "gripper_action_namespace"):
             if getattr(self, key):
                 try:
                     full_topic_name(getattr(self, key))  # a bad name fails here, before joining the domain
@@ -279,7 +296,9 @@ class SimTwin:
         self.lower = self.model.jnt_range[self._joint_ids, 0].copy()
         self.upper = self.model.jnt_range[self._joint_ids, 1].copy()
         gripper = self.spec.gripper
-        self.has_gripper = gripper is not None and bool(cfg.gripper_controller)
+        if cfg.gripper_actions and gripper is None:
+            raise ValueError(f"gripper_actions=true: robot {cfg.robot!r} has no gripper")
+        self.has_gripper = gripper is not None and (bool(cfg.gripper_controller) or cfg.gripper_actions)
         self.state_names = self.joint_names + (list(gripper.joints) if gripper is not None else [])
         state_ids = np.array([self._id(mujoco.mjtObj.mjOBJ_JOINT, n, "joint") for n in self.state_names])
         self._qpos = self.model.jnt_qposadr[state_ids]
@@ -346,11 +365,13 @@ class SimTwin:
         self.scene_resets = 0  # scene reset requests carried out
         self._object_every = max(1, round(cfg.rate_hz / cfg.object_rate_hz))  # control periods per pose
 
+        self._gripper_server: TwinGripperServer | None = None
         self._owns_bridge = bridge is None
         self.bridge = bridge or make_bridge(cfg.backend, domain_id=cfg.domain_id, loopback=cfg.loopback)
         try:
             self._open_topics()
         except BaseException:
+            self._close_gripper_server()
             if self._owns_bridge:
                 self.bridge.close()
             raise
@@ -383,12 +404,21 @@ class SimTwin:
                 self.bridge.subscription(topic, JointTrajectory, cfg.command_qos, self._on_trajectory)
             )
             self.topics["joint_trajectory"] = topic
-        if self.has_gripper:
+        if self.has_gripper and cfg.gripper_controller:
             topic = f"/{cfg.gripper_controller}/commands"
             self._subscriptions.append(
                 self.bridge.subscription(topic, Float64MultiArray, cfg.command_qos, self._on_gripper)
             )
             self.topics["gripper"] = topic
+        if cfg.gripper_actions:
+            self._gripper_server = TwinGripperServer(
+                self.bridge,
+                self._set_gripper_target,
+                lambda: self.finger_opening,
+                self.spec.gripper,
+                namespace=cfg.gripper_action_namespace,
+            )
+            self.topics.update({f"gripper_action/{k}": name for k, name in self._gripper_server.actions.items()})
 
         from robotrl.hardware.ros2.tensors import pose_msg, time_msg  # the ros extra, imported with the bridge
 
@@ -471,6 +501,23 @@ class SimTwin:
             self.clamped += int(clamped != value)
             self._gripper_target = clamped
         self._accepted("gripper", msg)
+
+    def _set_gripper_target(self, value: float) -> None:
+        """A gripper action's finger target (metres per finger; on the action server's goal threads)."""
+        lo, hi = self._gripper_range
+        clamped = min(max(float(value), lo), hi)
+        with self._command_lock:
+            self.clamped += int(clamped != value)
+            self._gripper_target = clamped
+            self.accepted["gripper_action"] += 1
+
+    @property
+    def finger_opening(self) -> float:
+        """The gripper's opening in the simulation, metres per finger (the mean of its finger joints)."""
+        fingers = self._qpos[len(self.joint_names) :]
+        if not len(fingers):
+            raise ValueError(f"robot {self.cfg.robot!r} has no gripper")
+        return float(np.mean(self.data.qpos[fingers]))
 
     def _on_trajectory(self, msg) -> None:
         try:
@@ -724,11 +771,17 @@ class SimTwin:
             "states_lost": self.states_lost,  # joint state messages state_drop_prob kept back
         }
 
+    def _close_gripper_server(self) -> None:
+        if self._gripper_server is not None:
+            self._gripper_server.close()
+            self._gripper_server = None
+
     def close(self) -> None:
         self._stop.set()
         if self._cameras is not None:
             self._cameras.close()
             self._cameras = None
+        self._close_gripper_server()  # before the bridge: its goals end, its endpoints leave
         if self._owns_bridge and self.bridge is not None:
             self.bridge.close()
         self.bridge = None
