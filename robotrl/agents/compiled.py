@@ -80,7 +80,7 @@ class CompiledFunction:
         try:
             return self._compiled(*args)
         except compile_failures() as err:
-            self._fall_back(f"{type(err).__name__}: {str(err).strip().splitlines()[0]}")
+            self._fall_back(f"{type(err).__name__}: {_first_lines(err)}")
             return self._eager(*args)
 
     def _fall_back(self, cause: str) -> None:
@@ -88,6 +88,12 @@ class CompiledFunction:
         message = f"agent.compile=true: {self.label} runs eagerly, compilation is unavailable here ({cause})"
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         log.warning(message)
+
+
+def _first_lines(err: BaseException) -> str:
+    """An error's first line, and the next one where the first only introduces it ("backend='inductor' raised:")."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [repr(err)]
+    return " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
 
 
 def batch_tensors(batch: Batch) -> list[torch.Tensor]:
