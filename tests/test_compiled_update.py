@@ -4,7 +4,10 @@ whole update as a CUDA graph with the same results."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -18,6 +21,7 @@ from robotrl.agents.config import EncoderConfig
 from robotrl.core.spec import TensorSpec
 from robotrl.data.replay import Batch
 
+FRESH = "ROBOTRL_TEST_FRESH_INTERPRETER"  # set in the interpreter a test re-runs itself in
 STATE = {"state": TensorSpec((5,))}
 PIXELS = {"pixels_front": TensorSpec((6, 24, 24), torch.uint8), "state": TensorSpec((3,))}
 UPDATES = 4
@@ -94,7 +98,23 @@ def _assert_same_run(eager, compiled, atol: float) -> None:
 )
 def test_compiled_sac_update_equals_eager():
     """Several updates, a critic-only one among them (actor_update_interval=2), behaviour cloning on demo rows
-    with a decaying weight (a per-update value the compiled program must read afresh)."""
+    with a decaying weight (a per-update value the compiled program must read afresh).
+
+    In an interpreter of its own: Inductor's C++ build imports setuptools, whose distutils shim fails an
+    assertion in a process where the standard library's distutils came first, and in a full `make test` worker
+    some earlier test file left it so (AssertionError naming distutils/core.py, twice on 2026-11-28; alone it
+    passes). What this test checks is the compiled update, not the worker's import history."""
+    if os.environ.get(FRESH) != "1":
+        node = f"{__file__}::test_compiled_sac_update_equals_eager"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", node],
+            env={**os.environ, FRESH: "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
+        return
     cfg = dict(actor_update_interval=2, bc_weight=2.0, bc_weight_final=0.5, bc_decay_updates=3)
     batches = _batches(STATE, 2, UPDATES, demo=True)
     eager = _train(lambda: SAC(SACConfig(**cfg), STATE, 2), batches)
