@@ -304,6 +304,7 @@ def test_the_pick_expert_lifts_the_tracked_cube_on_the_twin():
                 tensor=torch.tensor,
                 _phase=torch.zeros(1, dtype=torch.long),
                 _phase_steps=torch.zeros(1, dtype=torch.long),
+                _cube_half=torch.full((1,), CUBE_HALF),  # the real cube's: nominal
                 backend=types.SimpleNamespace(body_pose=lambda name: (state["cube_pos"], state["cube_quat"])),
                 ee_pos=lambda: state["ee_pos"],
             )
