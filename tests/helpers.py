@@ -231,3 +231,32 @@ def run_with_file_size_limit(limit: int, code: str, *args: str, timeout: float =
         text=True,
         timeout=timeout,
     )
+
+
+def untrained_run(run: Path, overrides: list[str], deploy_spec: bool = True) -> Path:
+    """A robotrl-train run directory as train writes it: config.yaml, deploy_spec.json (unless `deploy_spec` is
+    false: a run from before deploy specs) and a checkpoint of an untrained policy (deployment must not care how
+    good it is)."""
+    import torch
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+    from robotrl.tasks import write_deploy_spec_for_run
+
+    from robotrl.agents import make_agent
+    from robotrl.config import to_train_config
+    from robotrl.runtime.checkpoint import save_checkpoint
+    from robotrl.runtime.loop import make_training_env
+
+    run.mkdir(parents=True, exist_ok=True)
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    OmegaConf.save(cfg, run / "config.yaml", resolve=True)
+    train_cfg = to_train_config(cfg)
+    env = make_training_env(train_cfg, num_envs=1)
+    torch.manual_seed(0)
+    agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
+    env.close()
+    save_checkpoint(run / "checkpoints", 100, agent, None, {"env_step": 100})
+    if deploy_spec:
+        write_deploy_spec_for_run(train_cfg.task, train_cfg.agent.frame_stack, run)
+    return run

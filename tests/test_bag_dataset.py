@@ -16,9 +16,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import run_module
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
+from helpers import run_module, untrained_run
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl[ros]"')
@@ -38,19 +36,16 @@ from robotrl.hardware.bag_recording import BagRecorder, PolicyStepRecorder
 from robotrl.hardware.deploy import DeployConfig
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
-from robotrl.tasks import TASK_CONFIGS, deploy_spec_for, write_deploy_spec_for_run
+from robotrl.tasks import TASK_CONFIGS, deploy_spec_for
 from rosbags.highlevel import AnyReader
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
-from robotrl.agents import make_agent
-from robotrl.config import register_configs, to_train_config
+from robotrl.config import register_configs
 from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.spec import TensorSpec
 from robotrl.data.dataset import DatasetError, EpisodeDataset
-from robotrl.runtime.checkpoint import save_checkpoint
 from robotrl.runtime.frame_stack import fresh_stack, push_frame
-from robotrl.runtime.loop import make_training_env
 
 register_configs()
 HUMBLE = get_typestore(Stores.ROS2_HUMBLE)
@@ -343,28 +338,12 @@ def test_recording_never_stalls_the_policy_loop(tmp_path, size, compressed, writ
 # ---- on the twin, over DDS on loopback ---------------------------------------------------------------------
 
 
-def _untrained_run(run, overrides: list[str]):
-    """A run directory as robotrl-train writes it (config.yaml, deploy_spec.json, a checkpoint), untrained."""
-    run.mkdir()
-    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    OmegaConf.save(cfg, run / "config.yaml", resolve=True)
-    train_cfg = to_train_config(cfg)
-    env = make_training_env(train_cfg, num_envs=1)
-    torch.manual_seed(0)
-    agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
-    env.close()
-    save_checkpoint(run / "checkpoints", 100, agent, None, {"env_step": 100})
-    write_deploy_spec_for_run(train_cfg.task, train_cfg.agent.frame_stack, run)
-    return run
-
-
 @pytest.mark.dds
 def test_a_deployment_on_the_twin_becomes_a_dataset_step_for_step(tmp_path, monkeypatch):
     """robotrl-deploy's own loop records a state+pixels policy on the twin for two whole episodes and a third
     stopped after three steps; the dataset holds the first two exactly as the robot env handed them over."""
     overrides = ["task=panda_reach", "task.obs=state+pixels", "task.cameras=[front]", "task.image_size=64"]
-    run_dir = _untrained_run(tmp_path / "run", [*overrides, "agent=drqv2_light"])
+    run_dir = untrained_run(tmp_path / "run", [*overrides, "agent=drqv2_light"])
     stop = threading.Event()
     given: list[list] = []  # per episode: [reset obs, (action, obs, info), ...] as the robot env saw them
     make_robot_env, load_policy = deploy.make_robot_env, deploy.load_policy

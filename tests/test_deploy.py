@@ -13,9 +13,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import run_module, wait_until
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
+from helpers import run_module, untrained_run, wait_until
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 pytest.importorskip("rosbags", reason='needs the ros extra: pip install "robotrl[ros]"')
@@ -26,13 +24,10 @@ from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.msgs import Bool
 from robotrl.hardware.ros2.qos import DEFAULT, LATCHED
 from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
-from robotrl.tasks import deploy_spec_for, write_deploy_spec_for_run
+from robotrl.tasks import deploy_spec_for
 
-from robotrl.agents import make_agent
-from robotrl.config import register_configs, to_train_config
+from robotrl.config import register_configs
 from robotrl.core.robot_spec import load_robot_spec
-from robotrl.runtime.checkpoint import save_checkpoint
-from robotrl.runtime.loop import make_training_env
 
 pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
@@ -41,29 +36,11 @@ RATE = 250.0
 SPEC = load_robot_spec("panda")
 
 
-def _untrained_run(run, overrides: list[str], deploy_spec: bool = True):
-    """A robotrl-train run directory as train writes it: config.yaml, deploy_spec.json (unless `deploy_spec` is
-    false: a run from before deploy specs) and a checkpoint of an untrained policy (deployment must not care how
-    good it is)."""
-    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    OmegaConf.save(cfg, run / "config.yaml", resolve=True)
-    train_cfg = to_train_config(cfg)
-    env = make_training_env(train_cfg, num_envs=1)
-    torch.manual_seed(0)
-    agent = make_agent(train_cfg.agent, env.obs_spec, env.action_dim, torch.device("cpu"))
-    env.close()
-    save_checkpoint(run / "checkpoints", 100, agent, None, {"env_step": 100})
-    if deploy_spec:
-        write_deploy_spec_for_run(train_cfg.task, train_cfg.agent.frame_stack, run)
-    return run
-
-
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """An untrained SAC policy for panda_reach from joint states and goals."""
     overrides = ["task=panda_reach", "agent.actor_hidden=[32,32]", "agent.critic_hidden=[32,32]"]
-    return _untrained_run(tmp_path_factory.mktemp("run"), overrides)
+    return untrained_run(tmp_path_factory.mktemp("run"), overrides)
 
 
 @pytest.fixture
@@ -177,7 +154,7 @@ def test_deploy_runs_a_frame_stacked_pixel_policy_on_the_twins_camera(tmp_path):
     run = tmp_path / "pixels"
     run.mkdir()
     overrides = ["task=panda_reach", "task.obs=pixels", "task.cameras=[front]", "task.image_size=64"]
-    _untrained_run(run, [*overrides, "agent=drqv2_light"])
+    untrained_run(run, [*overrides, "agent=drqv2_light"])
     _, spec, _ = load_policy(run)
     assert spec.frame_stack == 3 and set(spec.observations) == {"pixels_front"} and spec.cameras == ("front",)
     assert spec.observations["pixels_front"].shape == (9, 64, 64)
@@ -256,7 +233,7 @@ def test_a_push_policy_deploys_with_the_puck_tracked(tmp_path):
     from rosbags.typesys import Stores, get_typestore
 
     (tmp_path / "run").mkdir()
-    run_dir = _untrained_run(tmp_path / "run", ["task=panda_push", "agent.actor_hidden=[32,32]"])
+    run_dir = untrained_run(tmp_path / "run", ["task=panda_push", "agent.actor_hidden=[32,32]"])
     _, spec, _ = load_policy(run_dir)
     # in this process beside the twin: the watchdog gets five periods, as tests/test_robot_env.py explains
     shield = {"hold_after": 5 / RATE, "workspace_min": [0.1, -0.6, 0.05], "workspace_max": [0.8, 0.6, 0.9]}
