@@ -72,6 +72,10 @@ class RandomizationTerm:
             raise bad("operation", f"must be one of {', '.join(OPERATIONS)}")
         if self.param == "body_size" and self.target != "object":
             raise bad("target", "of body_size must be object: a task re-reads the sizes of its loose objects only")
+        if self.param == "body_size" and self.when == "interval":
+            # a task reads each object's size when it places it (reset_scene): resized mid-episode, the object
+            # would sink into the table or jump, and the task would judge it by its old size
+            raise bad("when", "of body_size must be startup or reset")
         if self.param in NOT_SCALED and self.operation == "scale":
             raise bad("operation", f"of {self.param} must be add or set (a position or a turn does not scale)")
         if self.distribution not in DISTRIBUTIONS:

@@ -186,6 +186,10 @@ def test_a_resized_cube_rests_on_the_table_and_is_judged_by_its_size():
         backend.set_physics("body_size", torch.tensor([0]), ["world"], torch.tensor([[1.1]]))
     with pytest.raises(ValueError, match=r"size.target of body_size must be object"):
         RandomizationTerm(param="body_size", target="robot", low=0.9, high=1.1).validate("size")
+    with pytest.raises(ValueError, match=r"size.when of body_size must be startup or reset"):
+        RandomizationTerm(param="body_size", target="object", low=0.9, high=1.1, when="interval", every=5).validate(
+            "size"
+        )
     with pytest.raises(ValueError, match=r"body_size of \['cube'\] must be > 0"):
         backend.set_physics("body_size", torch.tensor([0]), ["cube"], torch.tensor([[0.0]]))
     env.close()
