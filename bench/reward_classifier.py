@@ -66,7 +66,7 @@ class MixedPolicy:
 
         task, g, modes = self.task, self.generator, self.modes
         action = task.expert_action()  # called every step: it advances the expert's phases
-        lifting = task._phase == 3
+        lifting = task.expert.phase == 3
         self.lift_steps += lifting.long()
         low = (modes == MODES.index("low_lift")) & lifting
         cube_z = task.backend.body_pose("cube")[0][:, 2]

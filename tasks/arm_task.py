@@ -19,6 +19,7 @@ import torch
 from robotrl.tasks.backend import SimBackend
 from robotrl.tasks.configs import BACKENDS, ArmTaskConfig
 from robotrl.tasks.controllers import ArmController
+from robotrl.tasks.expert import Expert
 from robotrl.tasks.memory import check_num_envs_fits
 from robotrl.tasks.rotations import quat_to_matrix
 
@@ -81,6 +82,9 @@ class ArmTask(ABC):
     # bench/results/substeps.jsonl line 1): a run that wants speed sets task.control_substeps=n
     # task.physics_dt=0.04/n. 20: not measured lower (no scripted expert).
     fewest_substeps: ClassVar[int] = 20
+    # The task's scripted expert (tasks/expert.py), a function of observation entries so it drives a robot too;
+    # None: the task has none
+    expert_class: ClassVar[type[Expert] | None] = None
 
     def __init__(self, cfg: ArmTaskConfig, num_envs: int):
         if cfg.reward not in ("dense", "sparse"):
@@ -140,6 +144,7 @@ class ArmTask(ABC):
         )
         self.arm_actuators = tuple(f"act{i + 1}" for i in range(len(self.robot.joints)))
         self.generator = torch.Generator()  # on the CPU: the same seed draws the same episodes on any device
+        self.expert = self.expert_class(cfg.max_ee_step, num_envs, self.device) if self.expert_class else None
 
     @property
     def action_dim(self) -> int:
@@ -226,6 +231,8 @@ class ArmTask(ABC):
                 (len(env_ids), len(self.robot.gripper.joints)), self.robot.gripper.open, device=self.device
             )
             self.backend.set_joint_state(env_ids, self.robot.gripper.joints, opened)
+        if self.expert is not None:
+            self.expert.reset(env_ids)
         self.reset_scene(env_ids)
         self.backend.forward(env_ids)
         self.controller.reset(env_ids)
@@ -257,9 +264,16 @@ class ArmTask(ABC):
     def apply_action(self, action: torch.Tensor) -> None:
         self.backend.set_actuators(*self.actuator_commands(action))
 
+    def expert_motion(self) -> torch.Tensor:
+        """The scripted expert's action [E, A] for the current state, its motion in world axes: the expert reads
+        the entries it needs from the simulator's state, whatever the policy observes."""
+        if self.expert is None:
+            raise ValueError(f"task {self.cfg.name!r} has no scripted expert")
+        obs = self.observe()
+        return self.expert.motion({key: obs[key] for key in self.expert.reads})
+
     def expert_action(self) -> torch.Tensor:
-        """The scripted expert's action [E, A] for the current state, in the controller's action frame. Tasks
-        with an expert define `expert_motion()`, the same action with its motion in world axes."""
+        """The scripted expert's action [E, A] for the current state, in the controller's action frame."""
         return self.controller.world_to_action(self.expert_motion()).cpu()
 
     def ee_pos(self) -> torch.Tensor:

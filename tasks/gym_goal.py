@@ -32,6 +32,8 @@ def is_goal_env(env: gym.Env) -> bool:
 class GymGoalTask:
     """The goal side of one gymnasium goal env (the first of a GymVecEnv: all are made from one id)."""
 
+    expert = None  # gymnasium envs bring no scripted expert (the scripted operator refuses them by name)
+
     def __init__(self, env: gym.Env, env_id: str, episode_steps: int):
         if not is_goal_env(env):
             raise ValueError(

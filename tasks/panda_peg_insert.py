@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from robotrl.tasks.arm_task import ArmTask
+from robotrl.tasks.expert import Expert
 from robotrl.tasks.rotations import quat_to_matrix
 
 from robotrl.core.deploy_spec import ObsEntry
@@ -44,7 +45,36 @@ def score_from_obs(obs: Obs, cfg) -> tuple[torch.Tensor, torch.Tensor]:
     return outcome(obs["peg_tip"], obs["hole"], cfg)
 
 
+class PegExpert(Expert):
+    """Line the tip up 3 cm above the hole -> descend slowly, re-aligning on drift."""
+
+    reads = ("peg_tip", "hole")
+
+    def __init__(self, max_ee_step: float, num_envs: int, device: torch.device | str = "cpu"):
+        super().__init__(max_ee_step, num_envs, device)
+        self.phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # 0 above the hole, 1 down
+
+    def reset(self, env_ids: torch.Tensor) -> None:
+        self.phase[env_ids] = 0
+
+    def motion(self, state):
+        tip, hole = state["peg_tip"].to(self.device), state["hole"].to(self.device)
+        above = hole + torch.tensor([0.0, 0.0, 0.03], device=self.device)
+        bottom = hole - torch.tensor([0.0, 0.0, HOLE_DEPTH - 0.005], device=self.device)
+        lateral = (tip[:, :2] - hole[:, :2]).norm(dim=-1)
+        phase = self.phase
+        # back to phase 0 if the tip drifts while still above the rim
+        drifted = (phase == 1) & (lateral > 0.004) & (tip[:, 2] > hole[:, 2])
+        phase = torch.where(drifted, torch.zeros_like(phase), phase)
+        arrived = (phase == 0) & ((above - tip).norm(dim=-1) < 0.003)
+        self.phase = phase = torch.where(arrived, torch.ones_like(phase), phase)
+        target = torch.where((phase == 0).unsqueeze(-1), above, bottom)
+        speed = torch.where(phase == 0, 1.0, 0.3).unsqueeze(-1)  # slow once the peg nears the hole
+        return self.toward(target, tip) * speed
+
+
 class PandaPegInsert(ArmTask):
+    expert_class = PegExpert
     fewest_substeps = 4  # bench/substeps.py (2026-11-28): the expert and its contacts stay right
     scene = "panda_peg_insert.xml"
     default_episode_steps = 100
@@ -54,7 +84,6 @@ class PandaPegInsert(ArmTask):
     def __init__(self, cfg, num_envs: int):
         super().__init__(cfg, num_envs)
         self.hole = torch.zeros(num_envs, 3, device=self.device)  # centre of the hole's rim
-        self._phase = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # scripted expert's phase per env
 
     @classmethod
     def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
@@ -75,7 +104,6 @@ class PandaPegInsert(ArmTask):
         hand_pos, hand_quat = (x[env_ids] for x in self.backend.body_pose("hand"))
         peg_pos = hand_pos + torch.einsum("kij,j->ki", quat_to_matrix(hand_quat), self.tensor(PEG_IN_HAND))
         self.backend.set_free_body_pose(env_ids, "peg", peg_pos, hand_quat)
-        self._phase[env_ids] = 0
 
     def peg_tip(self) -> torch.Tensor:
         return self.backend.site_pose("peg_tip")[0]
@@ -98,20 +126,3 @@ class PandaPegInsert(ArmTask):
     def outcome(self, tip: torch.Tensor, hole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, success) [...] with the peg's tip at `tip` [..., 3] and the hole's rim centre at `hole`."""
         return outcome(tip, hole, self.cfg)
-
-    def expert_motion(self) -> torch.Tensor:
-        """Scripted expert: line the tip up 3 cm above the hole -> descend slowly, re-aligning on drift."""
-        tip = self.peg_tip()
-        above = self.hole + self.tensor([0.0, 0.0, 0.03])
-        bottom = self.hole - self.tensor([0.0, 0.0, HOLE_DEPTH - 0.005])
-        lateral = (tip[:, :2] - self.hole[:, :2]).norm(dim=-1)
-        phase = self._phase
-        # phase 0: above the hole; 1: straight down (back to 0 if the tip drifts while still above the rim)
-        drifted = (phase == 1) & (lateral > 0.004) & (tip[:, 2] > self.hole[:, 2])
-        phase = torch.where(drifted, torch.zeros_like(phase), phase)
-        arrived = (phase == 0) & ((above - tip).norm(dim=-1) < 0.003)
-        phase = torch.where(arrived, torch.ones_like(phase), phase)
-        self._phase = phase
-        target = torch.where((phase == 0).unsqueeze(-1), above, bottom)
-        speed = torch.where(phase == 0, 1.0, 0.3).unsqueeze(-1)  # slow once the peg nears the hole
-        return ((target - tip) / self.cfg.max_ee_step).clamp(-1.0, 1.0) * speed

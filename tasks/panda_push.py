@@ -10,6 +10,7 @@ import math
 
 import torch
 from robotrl.tasks.arm_task import REST_TOLERANCE, ArmTask
+from robotrl.tasks.expert import Expert
 
 from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
@@ -63,7 +64,49 @@ def _in_workspace(xy: torch.Tensor) -> torch.Tensor:
     return torch.maximum(torch.minimum(xy, GOAL_XY_HIGH), GOAL_XY_LOW)
 
 
+class PushExpert(Expert):
+    """Go behind the puck on the goal line, lower, push along the line.
+
+    A function of the state alone (no phase kept between steps), so behaviour cloning sees one action
+    per state: an expert that remembers whether it is lowering or climbing back up shows both, up and
+    down, in the same place behind the puck, and a policy fit to both stalls there.
+    - on the line behind the puck at push height: push towards the goal;
+    - behind the puck, clear of it (or already at push height, where the puck is in front): move to
+      the push start at push height, lowering and aligning at once;
+    - elsewhere: hover above the push start, climbing first where the puck is close below.
+    """
+
+    reads = ("ee_pos", "puck_pos", "goal")
+
+    def motion(self, state):
+        puck = state["puck_pos"]
+        ee = state["ee_pos"]
+        to_goal = state["goal"] - puck[:, :2]
+        distance = to_goal.norm(dim=-1, keepdim=True)
+        direction = to_goal / distance.clamp_min(1e-6)
+        behind = puck[:, :2] - STANDOFF * direction
+        offset = ee[:, :2] - puck[:, :2]
+        along = (offset * direction).sum(-1)
+        across = (offset - along.unsqueeze(-1) * direction).norm(dim=-1)
+        low = ee[:, 2] < PUSH_HEIGHT + 0.012
+        pushing = low & (across < 0.012) & (along < -PUCK_RADIUS + 0.005)
+        aligning = (across < 0.03) & ((along < -PUCK_RADIUS - 0.015) | (low & (along < -PUCK_RADIUS + 0.005)))
+        climbing = (ee[:, 2] < 0.06) & (offset.norm(dim=-1) < 0.06)  # near the puck and not behind it: up first
+        push_height = torch.full_like(distance, PUSH_HEIGHT)
+        push = torch.cat([behind + direction * distance.clamp(max=0.04), push_height], -1)
+        start = torch.cat([behind, push_height], -1)
+        hover = torch.cat([behind, torch.full_like(distance, 0.08)], -1)
+        climb = torch.cat([ee[:, :2], torch.full_like(distance, 0.08)], -1)
+        target = torch.where(
+            pushing.unsqueeze(-1),
+            push,
+            torch.where(aligning.unsqueeze(-1), start, torch.where(climbing.unsqueeze(-1), climb, hover)),
+        )
+        return self.toward(target, ee)
+
+
 class PandaPush(ArmTask):
+    expert_class = PushExpert
     fewest_substeps = 5  # bench/substeps.py (2026-11-28): the expert and its contacts stay right
     scene = "panda_push.xml"
     default_episode_steps = 100
@@ -146,39 +189,3 @@ class PandaPush(ArmTask):
             success=lambda obs, goal: self.outcome(obs["puck_pos"], obs["ee_pos"], goal)[1],
             reward=lambda obs, goal: self.outcome(obs["puck_pos"], obs["ee_pos"], goal)[0],
         )
-
-    def expert_motion(self) -> torch.Tensor:
-        """Scripted expert: go behind the puck on the goal line, lower, push along the line.
-
-        A function of the state alone (no phase kept between steps), so behaviour cloning sees one action
-        per state: an expert that remembers whether it is lowering or climbing back up shows both, up and
-        down, in the same place behind the puck, and a policy fit to both stalls there.
-        - on the line behind the puck at push height: push towards the goal;
-        - behind the puck, clear of it (or already at push height, where the puck is in front): move to
-          the push start at push height, lowering and aligning at once;
-        - elsewhere: hover above the push start, climbing first where the puck is close below.
-        """
-        puck = self.puck_pos()
-        ee = self.ee_pos()
-        to_goal = self.goal - puck[:, :2]
-        distance = to_goal.norm(dim=-1, keepdim=True)
-        direction = to_goal / distance.clamp_min(1e-6)
-        behind = puck[:, :2] - STANDOFF * direction
-        offset = ee[:, :2] - puck[:, :2]
-        along = (offset * direction).sum(-1)
-        across = (offset - along.unsqueeze(-1) * direction).norm(dim=-1)
-        low = ee[:, 2] < PUSH_HEIGHT + 0.012
-        pushing = low & (across < 0.012) & (along < -PUCK_RADIUS + 0.005)
-        aligning = (across < 0.03) & ((along < -PUCK_RADIUS - 0.015) | (low & (along < -PUCK_RADIUS + 0.005)))
-        climbing = (ee[:, 2] < 0.06) & (offset.norm(dim=-1) < 0.06)  # near the puck and not behind it: up first
-        push_height = torch.full_like(distance, PUSH_HEIGHT)
-        push = torch.cat([behind + direction * distance.clamp(max=0.04), push_height], -1)
-        start = torch.cat([behind, push_height], -1)
-        hover = torch.cat([behind, torch.full_like(distance, 0.08)], -1)
-        climb = torch.cat([ee[:, :2], torch.full_like(distance, 0.08)], -1)
-        target = torch.where(
-            pushing.unsqueeze(-1),
-            push,
-            torch.where(aligning.unsqueeze(-1), start, torch.where(climbing.unsqueeze(-1), climb, hover)),
-        )
-        return ((target - ee) / self.cfg.max_ee_step).clamp(-1.0, 1.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from robotrl.tasks.arm_task import ArmTask
+from robotrl.tasks.expert import Expert
 
 from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
@@ -35,7 +36,17 @@ def draw_episode_goals(
     return {"target": TARGET_LOW + u * (TARGET_HIGH - TARGET_LOW)}
 
 
+class ReachExpert(Expert):
+    """Head straight for the target at up to full speed."""
+
+    reads = ("ee_pos", "target")
+
+    def motion(self, state):
+        return self.toward(state["target"], state["ee_pos"])
+
+
 class PandaReach(ArmTask):
+    expert_class = ReachExpert
     fewest_substeps = 2  # bench/substeps.py (2026-11-28): the expert and its contacts stay right
     scene = "panda_reach.xml"
 
@@ -91,8 +102,3 @@ class PandaReach(ArmTask):
             success=lambda obs, goal: self.outcome(obs["ee_pos"], goal)[1],
             reward=lambda obs, goal: self.outcome(obs["ee_pos"], goal)[0],
         )
-
-    def expert_motion(self) -> torch.Tensor:
-        """Scripted expert: head straight for the target at up to full speed."""
-        delta = (self.target - self.ee_pos()) / self.cfg.max_ee_step
-        return delta.clamp(-1.0, 1.0)

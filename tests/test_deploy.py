@@ -308,11 +308,10 @@ def test_a_held_peg_tip_follows_the_tool_by_kinematics_and_the_peg_goes_in_on_th
     where the scene holds it (6 cm along the tool axis, measured in simulation) by forward kinematics. On the
     twin running peg_insert's scene (peg welded to the hand, as in training) it matches the physics' tip, and
     the task's scripted expert, fed the robot's observation alone, puts the peg into the hole."""
-    import types
 
     import mujoco
     from robotrl.tasks.configs import ArmTaskConfig
-    from robotrl.tasks.panda_peg_insert import HOLE_HALF_WIDTH, INSERT_DEPTH, PandaPegInsert
+    from robotrl.tasks.panda_peg_insert import HOLE_HALF_WIDTH, INSERT_DEPTH, PegExpert
 
     peg = ArmTaskConfig(name="panda_peg_insert")
     spec = deploy_spec_for(peg)  # the peg tip's offset measured in peg_insert's scene
@@ -336,12 +335,10 @@ def test_a_held_peg_tip_follows_the_tool_by_kinematics_and_the_peg_goes_in_on_th
         assert info["stale_observation"] == 0
         np.testing.assert_allclose(obs["peg_tip"], twin.data.site_xpos[tip_site], atol=2e-3)
         np.testing.assert_allclose(obs["tip_to_hole"], np.array(hole) - obs["peg_tip"], atol=1e-6)
-        expert = types.SimpleNamespace(
-            cfg=peg, hole=torch.tensor([hole]), _phase=torch.zeros(1, dtype=torch.long), tensor=torch.tensor
-        )
+        expert = PegExpert(peg.max_ee_step, 1)
         for _ in range(100):
-            expert.peg_tip = lambda o=obs: torch.as_tensor(o["peg_tip"]).unsqueeze(0)
-            obs, _, _, _, info = env.step(PandaPegInsert.expert_motion(expert)[0].numpy())
+            state = {key: torch.as_tensor(obs[key]).unsqueeze(0) for key in PegExpert.reads}
+            obs, _, _, _, info = env.step(expert.motion(state)[0].numpy())
             tip = twin.data.site_xpos[tip_site]
             if hole[2] - tip[2] >= INSERT_DEPTH and np.linalg.norm(tip[:2] - hole[:2]) < HOLE_HALF_WIDTH:
                 break

@@ -205,9 +205,7 @@ def test_the_push_expert_pushes_the_tracked_puck_to_its_goal_on_the_twin():
     """panda_push's scripted expert, fed only the robot's observation (the puck as its tracker reports it),
     through the robot env and the shield with the fingers held shut: the twin's puck reaches the goal, and
     the task's own reward says so. Closes the loop over tracked objects, gripper hold and the task's reward."""
-    import types
-
-    from robotrl.tasks.panda_push import PandaPush
+    from robotrl.tasks.panda_push import PushExpert
 
     push = ArmTaskConfig(name="panda_push")
     with TwinThread(215, model=str(ASSETS / "panda_push.xml"), objects=["puck"]):
@@ -219,10 +217,9 @@ def test_the_push_expert_pushes_the_tracked_puck_to_its_goal_on_the_twin():
         try:
             obs = env.reset(seed=0)
             start = obs["puck_pos"][0].clone()
-            expert = types.SimpleNamespace(cfg=push, goal=torch.tensor([goal]))  # what expert_motion reads
+            expert = PushExpert(push.max_ee_step, 1)
             for _ in range(push.episode_steps or 100):
-                expert.puck_pos, expert.ee_pos = (lambda o=obs: o["puck_pos"]), (lambda o=obs: o["ee_pos"])
-                result = env.step(env.world_to_action(PandaPush.expert_motion(expert)))
+                result = env.step(env.world_to_action(expert.motion(obs)))
                 if result.success.any() or result.truncated.any():
                     break
                 obs = result.obs
@@ -238,10 +235,8 @@ def test_peg_insertion_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_he
     simulation when the run started; without one the actor is refused by name), the hole given, the task's own
     score; its scripted expert, fed the robot's observation, inserts the peg on the twin and the score calls it
     a success."""
-    import types
-
     from robotrl.tasks import deploy_spec_for
-    from robotrl.tasks.panda_peg_insert import PandaPegInsert
+    from robotrl.tasks.panda_peg_insert import PegExpert
 
     from robotrl.core.deploy_spec import write_deploy_spec
 
@@ -258,13 +253,10 @@ def test_peg_insertion_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_he
         try:
             assert env.reward_cfg.kind == "task" and env.reward_cfg.reads == ["peg_tip", "hole"]
             obs = env.reset(seed=0)
-            expert = types.SimpleNamespace(
-                cfg=peg, hole=torch.tensor([hole]), _phase=torch.zeros(1, dtype=torch.long), tensor=torch.tensor
-            )
+            expert = PegExpert(peg.max_ee_step, 1)
             rewards = []
             for _ in range(100):
-                expert.peg_tip = lambda o=obs: o["peg_tip"]
-                result = env.step(env.world_to_action(PandaPegInsert.expert_motion(expert)))
+                result = env.step(env.world_to_action(expert.motion(obs)))
                 rewards.append(float(result.reward))
                 if result.success.any() or result.truncated.any():
                     break
@@ -280,11 +272,9 @@ def test_the_pick_expert_lifts_the_tracked_cube_on_the_twin():
     through the robot env and the shield; pick's scripted expert, fed only the robot's observation (its phase
     kept as in simulation), grasps the twin's cube and lifts it the task's 10 cm. Pick is scored on a robot by
     a learned classifier (its reward needs contacts), so the physics says whether it worked."""
-    import types
-
     from robotrl.hardware.deploy import make_robot_env
     from robotrl.tasks import deploy_spec_for
-    from robotrl.tasks.panda_pick_cube import CUBE_HALF, LIFT_HEIGHT, PandaPickCube
+    from robotrl.tasks.panda_pick_cube import CUBE_HALF, LIFT_HEIGHT, PickExpert
 
     pick = ArmTaskConfig(name="panda_pick_cube")
     spec = deploy_spec_for(pick)
@@ -297,28 +287,18 @@ def test_the_pick_expert_lifts_the_tracked_cube_on_the_twin():
             assert env.gripper_action and list(env.start_regions) == ["cube"]
             obs, _ = env.reset(seed=0)
             state = {k: torch.as_tensor(v).unsqueeze(0) for k, v in obs.items()}
-            expert = types.SimpleNamespace(
-                cfg=pick,
-                num_envs=1,
-                device=torch.device("cpu"),
-                tensor=torch.tensor,
-                _phase=torch.zeros(1, dtype=torch.long),
-                _phase_steps=torch.zeros(1, dtype=torch.long),
-                _cube_half=torch.full((1,), CUBE_HALF),  # the real cube's: nominal
-                backend=types.SimpleNamespace(body_pose=lambda name: (state["cube_pos"], state["cube_quat"])),
-                ee_pos=lambda: state["ee_pos"],
-            )
+            expert = PickExpert(pick.max_ee_step, 1)  # the real cube's size: nominal
             body = twin._object_bodies["cube"]
             start = float(twin.data.xpos[body][2])
             for _ in range(pick.episode_steps or 100):
-                action = PandaPickCube.expert_motion(expert)[0].numpy()
+                action = expert.motion(state)[0].numpy()
                 obs, _, _, truncated, info = env.step(action)
                 assert info["stale_observation"] == 0, info.get("stale_reason")
                 state = {k: torch.as_tensor(v).unsqueeze(0) for k, v in obs.items()}
                 if float(twin.data.xpos[body][2]) - CUBE_HALF >= LIFT_HEIGHT or truncated:
                     break
             height = float(twin.data.xpos[body][2]) - CUBE_HALF
-            assert start - CUBE_HALF < 0.005 and height >= LIFT_HEIGHT, (start, height, int(expert._phase))
+            assert start - CUBE_HALF < 0.005 and height >= LIFT_HEIGHT, (start, height, int(expert.phase))
             assert float(obs["gripper"][0]) < 0.9  # the fingers closed on it (fully open reads 1)
             # the cube was still rising when that observation was taken: hold it still, then the tracked pose
             # and the twin's physics must agree (compared mid-lift they differed by the motion in between)

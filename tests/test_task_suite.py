@@ -57,7 +57,7 @@ def test_reset_step_contract_and_determinism(name):
 
 def _has_expert(name: str) -> bool:
     module, cls = ARM_TASKS[name].split(":")  # registered lazily, as "module:Class"
-    return hasattr(getattr(importlib.import_module(module), cls), "expert_motion")
+    return getattr(importlib.import_module(module), cls).expert_class is not None
 
 
 EXPERT_TASK_NAMES = [name for name in ARM_TASK_NAMES if _has_expert(name)]

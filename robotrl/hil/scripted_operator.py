@@ -75,7 +75,7 @@ def world_to_action_of(env) -> Callable[[torch.Tensor], torch.Tensor] | None:
 def expert_of(env) -> Callable[[], torch.Tensor]:
     """The scripted expert of `env`'s task: a callable returning [E, A] actions for the current state."""
     task = find_task(env)
-    if task is None or not hasattr(task, "expert_motion"):
+    if task is None or task.expert is None:
         raise ValueError(f"task {env.name!r} has no scripted expert; the scripted operator needs one")
     return task.expert_action
 
