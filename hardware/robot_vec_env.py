@@ -47,7 +47,9 @@ if TYPE_CHECKING:  # the robot env imports MuJoCo (forward kinematics); the conf
     from robotrl.hardware.robot_env import RobotEnv
 
 
-REWARDS = ("goal_distance", "task", "classifier")
+# operator: nothing scores the episode here; a person marks success with a key or button (robotrl-record on a
+# robot, for a task that cannot score itself there: its success frames train the reward classifier)
+REWARDS = ("goal_distance", "task", "classifier", "operator")
 
 
 def goal_box(name: str, box) -> tuple[np.ndarray, np.ndarray]:
@@ -68,14 +70,16 @@ def goal_box(name: str, box) -> tuple[np.ndarray, np.ndarray]:
 class RobotRewardConfig:
     """How a robot episode is scored; the actor fills it from the task (`reward_for_task`)."""
 
-    kind: str = "task"  # task (the task's own score) | classifier (a learned classifier wraps the env)
+    # task (the task's own score) | classifier (a learned classifier wraps the env) | operator (a person marks
+    # success: every reward here is 0)
+    kind: str = "task"
     reads: list[str] = field(default_factory=list)  # task: the observation entries its score reads
     terminate_on_success: bool = False
     goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # key: [[low xyz], [high xyz]]
 
     def validate(self, env: RobotEnv) -> None:
-        if self.kind not in ("task", "classifier"):
-            raise ValueError(f"robot reward must be task or classifier, got {self.kind!r}")
+        if self.kind not in ("task", "classifier", "operator"):
+            raise ValueError(f"robot reward must be task, classifier or operator, got {self.kind!r}")
         missing = sorted(set(self.reads) - set(env.observation_space.spaces)) if self.kind == "task" else []
         if missing:
             raise ValueError(f"the task's reward reads {missing}, which this robot env does not observe")
@@ -171,7 +175,7 @@ class RobotVecEnv:
 
     def _score(self, obs: Obs) -> tuple[float, bool]:
         if self.reward_cfg.kind != "task":
-            return 0.0, False  # the classifier wrapper scores this step
+            return 0.0, False  # the classifier wrapper scores this step, or the operator marks success
         reward, success = self.score(obs)
         return float(reward[0]), bool(success[0])
 
@@ -191,7 +195,8 @@ class ActorRobotConfig:
     """The actor's `robot.*`: the goals of a robot episode and how it is scored (`robotrl-actor hardware=...`)."""
 
     # auto: classifier if hil.reward_classifier, else task where the task scores from what the policy observes
-    reward: str = "auto"  # auto | goal_distance | task | classifier
+    # (robotrl-record: else operator, a person's success mark)
+    reward: str = "auto"  # auto | goal_distance | task | classifier | operator
     goal: dict[str, list[float]] = field(default_factory=dict)  # fixed goals, e.g. +robot.goal.target=[0.5,0,0.3]
     goal_range: dict[str, list[list[float]]] = field(default_factory=dict)  # per-episode boxes; {}: the task's draw
     # The learner's deploy spec (its run directory, or the deploy_spec.json in it; robotrl/core/deploy_spec.py).
@@ -206,10 +211,10 @@ class ActorRobotConfig:
             goal_box(f"robot.goal_range.{key}", box)
 
 
-def robot_deploy_spec(task_cfg, agent_cfg, robot: ActorRobotConfig) -> DeploySpec:
-    """The deploy spec an actor on a robot runs: `robot.deploy_spec` (the learner's), checked against this actor's
-    task config, or, without one, the task's own made from the config (nothing simulated)."""
-    frame_stack = agent_cfg.frame_stack
+def robot_deploy_spec(task_cfg, frame_stack: int, robot: ActorRobotConfig) -> DeploySpec:
+    """The deploy spec an actor on a robot runs, its agent stacking `frame_stack` camera frames: `robot.deploy_spec`
+    (the learner's), checked against this actor's task config, or, without one, the task's own made from the
+    config (nothing simulated)."""
     held_sites = task_class(task_cfg.name).held_sites if hasattr(task_cfg, "name") else ()
     if robot.deploy_spec is None:
         if held_sites:
@@ -230,21 +235,21 @@ def robot_deploy_spec(task_cfg, agent_cfg, robot: ActorRobotConfig) -> DeploySpe
 
 
 def make_robot_vec_env(
-    task_cfg, agent_cfg, hardware, robot: ActorRobotConfig, classifier: bool, stop: threading.Event | None = None
+    task_cfg, frame_stack: int, hardware, robot: ActorRobotConfig, classifier: bool, stop: threading.Event | None = None
 ) -> RobotVecEnv:
-    """The robot as the simulated task `task_cfg` sees it, for an actor whose agent is `agent_cfg`, from the task's
-    deploy spec (`robot_deploy_spec`: nothing simulated is built). `classifier`: a learned reward classifier will
-    wrap the env (hil.reward_classifier); `stop`: the actor's."""
+    """The robot as the simulated task `task_cfg` sees it, for an agent stacking `frame_stack` camera frames, from
+    the task's deploy spec (`robot_deploy_spec`: nothing simulated is built). `classifier`: a learned reward
+    classifier will wrap the env (hil.reward_classifier); `stop`: the actor's (or the recording's)."""
     # lazy (start-up time): the robot env loads MuJoCo (kinematics) and the bridge; this module is the actor's
     # config in simulation too
     from robotrl.hardware.deploy import make_robot_env
 
     robot.validate()
-    spec = robot_deploy_spec(task_cfg, agent_cfg, robot)
+    spec = robot_deploy_spec(task_cfg, frame_stack, robot)
     obs_spec = spec.obs_spec()
     score = task_functions(spec).score
     # the task's own reward where the policy observes every entry it reads (not a pixel policy)
-    scorable = score is not None and spec.scores_from_observations
+    scorable = spec.scores_from_observations
     kind = "task" if robot.reward == "goal_distance" else robot.reward  # reach's rule, under its older name
     if kind == "auto":
         kind = "classifier" if classifier else "task"

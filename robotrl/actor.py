@@ -174,6 +174,11 @@ class ActorConfig:
                 )
             if self.hil.operator == "scripted":
                 raise ValueError("hil.operator=scripted needs the simulator's expert; on a robot use a teleop device")
+            if self.robot.reward == "operator":
+                raise ValueError(
+                    "robot.reward=operator leaves every reward 0 (a person's success marks are robotrl-record's): "
+                    "an actor learns from robot.reward=task or a reward classifier"
+                )
         for name in ("num_envs", "batch_steps", "outbox_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -347,7 +352,7 @@ class Actor:
         elif cfg.hardware is not None:
             try:
                 env = make_robot_vec_env(
-                    cfg.task, agent_cfg, cfg.hardware, cfg.robot, bool(cfg.hil.reward_classifier), stop
+                    cfg.task, agent_cfg.frame_stack, cfg.hardware, cfg.robot, bool(cfg.hil.reward_classifier), stop
                 )
             except BaseException:
                 client.close()

@@ -245,12 +245,10 @@ def _strict(schema_of):
     return convert
 
 
-def _record_schema(cfg):
-    from robotrl.tasks import TASK_CONFIGS
+def _to_record(cfg):
+    from robotrl.record import to_record_config
 
-    from robotrl.record import RecordConfig
-
-    return RecordConfig(task=TASK_CONFIGS[cfg.task.name]())
+    return to_record_config(cfg)
 
 
 def _schema(module: str, name: str):
@@ -275,7 +273,7 @@ def _to_learner(cfg):
 PROGRAMS = {
     "robotrl-train": ("robotrl.train", "config", _to_train),
     "robotrl-eval": ("robotrl.eval", "eval", _strict(_schema("robotrl.config", "EvalConfig"))),
-    "robotrl-record": ("robotrl.record", "record", _strict(_record_schema)),
+    "robotrl-record": ("robotrl.record", "record", _to_record),
     "robotrl-train-classifier": (
         "robotrl.train_classifier",
         "train_classifier",

@@ -55,7 +55,7 @@ def hardware(domain_id: int) -> RobotEnvConfig:
 
 def test_reach_on_the_twin_is_scored_as_the_simulated_task_scores_it():
     with TwinThread(193):
-        env = make_robot_vec_env(REACH, SMALL_SAC, hardware(193), ActorRobotConfig(), classifier=False)
+        env = make_robot_vec_env(REACH, 1, hardware(193), ActorRobotConfig(), classifier=False)
         try:
             assert env.num_envs == 1 and env.has_success and env.action_dim == 3
             assert set(env.obs_spec) == {"arm_qpos", "arm_qvel", "ee_pos", "target", "to_target"}
@@ -95,18 +95,18 @@ def test_tasks_a_robot_cannot_score_need_the_reward_classifier_by_name():
         ValueError,
         match=r"'panda_pick_cube' cannot be scored on a robot .*needs state no observation holds.*reward_classifier",
     ):
-        make_robot_vec_env(pick, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
+        make_robot_vec_env(pick, 1, hardware(195), ActorRobotConfig(), classifier=False)
     pixel_push = ArmTaskConfig(name="panda_push", obs="pixels")  # its own reward reads the puck: not from pixels
     with pytest.raises(
         ValueError,
         match=r"'panda_push' cannot .*reads \['puck_pos', 'ee_pos', 'goal'\], which this policy does not all",
     ):
-        make_robot_vec_env(pixel_push, SMALL_SAC, hardware(195), ActorRobotConfig(), classifier=False)
-    older_name = make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(reward="goal_distance"), False)
+        make_robot_vec_env(pixel_push, 1, hardware(195), ActorRobotConfig(), classifier=False)
+    older_name = make_robot_vec_env(REACH, 1, hardware(195), ActorRobotConfig(reward="goal_distance"), False)
     assert older_name.reward_cfg.kind == "task" and older_name.score is not None  # reach's rule: the task's score
     older_name.close()
     with pytest.raises(ValueError, match=r"robot\.reward=classifier needs hil\.reward_classifier"):
-        make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(reward="classifier"), classifier=False)
+        make_robot_vec_env(REACH, 1, hardware(195), ActorRobotConfig(reward="classifier"), classifier=False)
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
         with pytest.raises(ValueError, match=r"num_envs must be 1 .*hardware=panda"):
             to_actor_config(compose("actor", ["hardware=sim_twin", "num_envs=4"]))
@@ -124,12 +124,12 @@ def test_push_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_tracked_puc
         with pytest.raises(
             ValueError, match=r"observes \['puck_pos', 'puck_to_goal', 'to_puck'\].*hardware\.objects=\[puck\]"
         ):
-            make_robot_vec_env(push, SMALL_SAC, hardware(214), ActorRobotConfig(goal={"goal": [0.6, 0.0]}), False)
+            make_robot_vec_env(push, 1, hardware(214), ActorRobotConfig(goal={"goal": [0.6, 0.0]}), False)
         tracked = hardware(214)
         tracked.objects = ["puck"]
         puck_xy = [float(v) for v in twin.data.xpos[twin._object_bodies["puck"]][:2]]
         # no goal given: each episode's is drawn around the measured puck, as simulation draws it
-        env = make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(), classifier=False)
+        env = make_robot_vec_env(push, 1, tracked, ActorRobotConfig(), classifier=False)
         try:
             goals = [env.reset(seed=seed)["goal"][0] for seed in (1, 1, 2)]
             torch.testing.assert_close(goals[0], goals[1])  # a seed repeats its goal
@@ -140,7 +140,7 @@ def test_push_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_tracked_puc
         finally:
             env.close()
         for goal, succeeds in (([puck_xy[0] + 0.12, puck_xy[1]], False), (puck_xy, True)):
-            env = make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(goal={"goal": goal}), False)
+            env = make_robot_vec_env(push, 1, tracked, ActorRobotConfig(goal={"goal": goal}), False)
             try:
                 assert env.reward_cfg.kind == "task" and env.has_success
                 env.reset(seed=1)
@@ -176,7 +176,7 @@ def test_an_actors_reset_keeps_waiting_for_the_scene_until_the_actor_stops(caplo
         tracked = hardware(219)
         tracked.objects, tracked.scene_timeout, tracked.scene_settle = ["puck"], 0.3, 0.1
         stop = threading.Event()
-        env = make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(), False, stop)
+        env = make_robot_vec_env(push, 1, tracked, ActorRobotConfig(), False, stop)
         try:
             twin.place_object("puck", [0.70, 0.0, 0.02])
             threading.Timer(1.5, stop.set).start()
@@ -213,7 +213,7 @@ def test_the_push_expert_pushes_the_tracked_puck_to_its_goal_on_the_twin():
         tracked.objects = ["puck"]
         tracked.shield = {**tracked.shield, "workspace_min": [0.1, -0.6, 0.0]}  # push works at the table
         goal = [0.62, 0.05]  # 13 cm from the scene's puck, at an angle
-        env = make_robot_vec_env(push, SMALL_SAC, tracked, ActorRobotConfig(goal={"goal": goal}), False)
+        env = make_robot_vec_env(push, 1, tracked, ActorRobotConfig(goal={"goal": goal}), False)
         try:
             obs = env.reset(seed=0)
             start = obs["puck_pos"][0].clone()
@@ -243,13 +243,13 @@ def test_peg_insertion_on_the_twin_is_scored_by_the_tasks_own_reward_from_the_he
     peg = ArmTaskConfig(name="panda_peg_insert")
     hole = [0.5, 0.0, 0.04]  # the scene's hole
     with pytest.raises(ValueError, match=r"\['peg_tip'\].*give robot\.deploy_spec=<the learner's run directory>"):
-        make_robot_vec_env(peg, SMALL_SAC, hardware(217), ActorRobotConfig(goal={"hole": hole}), classifier=False)
+        make_robot_vec_env(peg, 1, hardware(217), ActorRobotConfig(goal={"hole": hole}), classifier=False)
     write_deploy_spec(deploy_spec_for(peg), tmp_path)  # as robotrl-learner writes it into its run directory
     with TwinThread(217, model=str(ASSETS / "panda_peg_insert.xml")):
         cfg = hardware(217)
         cfg.shield = {**cfg.shield, "workspace_min": [0.1, -0.6, 0.0]}
         robot = ActorRobotConfig(goal={"hole": hole}, deploy_spec=str(tmp_path))
-        env = make_robot_vec_env(peg, SMALL_SAC, cfg, robot, classifier=False)
+        env = make_robot_vec_env(peg, 1, cfg, robot, classifier=False)
         try:
             assert env.reward_cfg.kind == "task" and env.reward_cfg.reads == ["peg_tip", "hole"]
             obs = env.reset(seed=0)
@@ -362,12 +362,12 @@ def test_robot_goal_ranges_are_checked_against_the_goals_the_robot_env_has():
     )
     for box in bad_boxes:
         with pytest.raises(ValueError, match=r"goal_range\.target must be \[\[low\.\.\.\], \[high\.\.\.\]\]"):
-            make_robot_vec_env(REACH, SMALL_SAC, hardware(195), ActorRobotConfig(goal_range={"target": box}), False)
+            make_robot_vec_env(REACH, 1, hardware(195), ActorRobotConfig(goal_range={"target": box}), False)
     flat = ActorRobotConfig(goal_range={"target": [[0.4, 0.0], [0.5, 0.0]]})  # two values for an xyz goal
     with pytest.raises(
         ValueError, match=r"robot\.goal_range\.target has corners of 2 values, the task observes 'target' as \(3,\)"
     ):
-        make_robot_vec_env(REACH, SMALL_SAC, hardware(195), flat, classifier=False)
+        make_robot_vec_env(REACH, 1, hardware(195), flat, classifier=False)
     unknown = ActorRobotConfig(goal_range={"hole": [[0.4, 0.0, 0.1], [0.5, 0.0, 0.1]]})
     with pytest.raises(ValueError, match=r"robot\.goal_range\.hole: task 'panda_reach' observes no 'hole'"):
-        make_robot_vec_env(REACH, SMALL_SAC, hardware(195), unknown, classifier=False)
+        make_robot_vec_env(REACH, 1, hardware(195), unknown, classifier=False)
