@@ -71,9 +71,9 @@ from robotrl.hardware.robot_kinematics import ASSETS, Kinematics, rotation_matri
 from robotrl.hardware.robot_link import EStopMissingError, ResetTimeoutError, RobotLink
 from robotrl.hardware.robot_observation import ObservationAssembler, StaleObservationError, object_entries
 from robotrl.hardware.scene_reset import SETTLE_DISTANCE, SceneReset, SceneResetError
-from robotrl.tasks.rotations import rotation_error
 
 from robotrl.core.robot_spec import load_robot_spec
+from robotrl.core.rotations import rotation_error
 from robotrl.safety import Shield
 
 # the names deploy, the actor and the tests import from here, wherever they are defined

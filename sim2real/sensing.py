@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 from robotrl.sim2real.randomization import stream_seed
-from robotrl.tasks.rotations import quat_multiply
 
 from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs, StepResult
+from robotrl.core.rotations import quat_multiply
 
 DELAY_PER = ("episode", "step")
 

@@ -21,13 +21,13 @@ from robotrl.tasks.configs import BACKENDS, ArmTaskConfig
 from robotrl.tasks.controllers import ArmController
 from robotrl.tasks.expert import Expert
 from robotrl.tasks.memory import check_num_envs_fits
-from robotrl.tasks.rotations import quat_to_matrix
 
 from robotrl.core.camera_crop import check_camera_crops, crop_and_resize, render_size
 from robotrl.core.deploy_spec import DeploySpec, ObsEntry
 from robotrl.core.env import Obs, StepResult, check_action
 from robotrl.core.model_overlay import load_overlay
 from robotrl.core.robot_spec import RobotSpec, load_robot_spec
+from robotrl.core.rotations import quat_to_matrix
 from robotrl.core.spec import TensorSpec
 
 ASSETS = Path(__file__).resolve().parent / "assets"

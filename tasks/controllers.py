@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 from robotrl.tasks.backend import SimBackend
-from robotrl.tasks.rotations import quat_to_matrix, rotation_error
 
 from robotrl.core.robot_spec import RobotSpec
+from robotrl.core.rotations import quat_to_matrix, rotation_error
 
 CONTROLS = ("ee_delta", "joint_delta", "joint_position")
 

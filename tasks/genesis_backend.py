@@ -26,8 +26,9 @@ import mujoco
 import numpy as np
 import torch
 from robotrl.tasks.backend import VISUAL_PARAMS, SimBackend, check_physics_param, check_physics_values
-from robotrl.tasks.rotations import quat_multiply, quat_to_matrix
 from robotrl.tasks.scene_names import free_bodies, joint_bodies, light_names
+
+from robotrl.core.rotations import quat_multiply, quat_to_matrix
 
 INSTALL_HINT = 'the genesis extra: pip install -e ".[genesis]"'
 

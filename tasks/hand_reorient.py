@@ -13,11 +13,11 @@ import math
 
 import torch
 from robotrl.tasks.arm_task import ArmTask
-from robotrl.tasks.rotations import quat_angle, quat_conjugate, quat_from_axis_angle, quat_multiply
 
 from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
 from robotrl.core.robot_spec import RobotSpec
+from robotrl.core.rotations import quat_angle, quat_conjugate, quat_from_axis_angle, quat_multiply
 
 GOAL_ROTATIONS = ("z", "any")
 FINGERTIPS = ("index_fingertip", "middle_fingertip", "ring_fingertip", "thumb_fingertip")

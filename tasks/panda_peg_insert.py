@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from robotrl.tasks.arm_task import ArmTask
 from robotrl.tasks.expert import Expert
-from robotrl.tasks.rotations import quat_to_matrix
 
 from robotrl.core.deploy_spec import ObsEntry
 from robotrl.core.env import Obs
 from robotrl.core.robot_spec import RobotSpec
+from robotrl.core.rotations import quat_to_matrix
 
 HOLE_XY_LOW = torch.tensor([0.42, -0.15])
 HOLE_XY_HIGH = torch.tensor([0.60, 0.15])

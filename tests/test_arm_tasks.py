@@ -196,9 +196,8 @@ def test_task_math_follows_the_simulators_device():
     """A GPU backend returns state on its device and the task computes there; "meta" tensors (shapes only) stand in
     for a second device here: every limit vector of the robot spec moves, and the quaternion helpers' constants
     follow their inputs instead of staying on the CPU."""
-    from robotrl.tasks.rotations import quat_conjugate, quat_multiply, rotation_error
-
     from robotrl.core.robot_spec import load_robot_spec
+    from robotrl.core.rotations import quat_conjugate, quat_multiply, rotation_error
 
     spec = load_robot_spec("panda")
     moved = spec.to("meta")

@@ -191,7 +191,7 @@ def test_peg_insert_fingers_leave_the_peg_alone_and_the_weld_holds_as_on_mujoco(
     """The MJCF excludes the finger pads from the welded peg (on Genesis the closing pads used to squeeze it); the weld
     keeps the peg within 0.5 mm of its place in the hand under random actions (measured: Genesis 0.07 mm, MuJoCo
     0.05 mm; 10 mm when Genesis anchored the weld at the hand's origin)."""
-    from robotrl.tasks.rotations import quat_to_matrix
+    from robotrl.core.rotations import quat_to_matrix
 
     actions = torch.rand(20, 2, 3, generator=torch.Generator().manual_seed(0)) * 2 - 1
     for backend in ("mujoco", "genesis"):

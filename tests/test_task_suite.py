@@ -10,9 +10,9 @@ import torch
 from robotrl.tasks import ARM_TASKS, SIM_TASKS, TASK_CONFIGS, make_task
 from robotrl.tasks.arm_task import ASSETS, TaskVecEnv
 from robotrl.tasks.gym_api import GYM_IDS
-from robotrl.tasks.rotations import quat_angle
 
 from robotrl.core.robot_spec import load_robot_spec
+from robotrl.core.rotations import quat_angle
 
 ARM_TASK_NAMES = sorted(ARM_TASKS)
 SIM_TASK_NAMES = sorted(SIM_TASKS)
