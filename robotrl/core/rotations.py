@@ -6,7 +6,7 @@ import torch
 
 
 def quat_conjugate(q: torch.Tensor) -> torch.Tensor:
-    return q * _on(q.device, "conjugate")
+    return q * _like(q, "conjugate")
 
 
 def _hamilton_table() -> torch.Tensor:
@@ -23,22 +23,23 @@ def _hamilton_table() -> torch.Tensor:
 
 
 _CONSTANTS = {"hamilton": _hamilton_table(), "conjugate": torch.tensor([1.0, -1.0, -1.0, -1.0])}
-_ON_DEVICE: dict[tuple[torch.device, str], torch.Tensor] = {}
+_ON_DEVICE: dict[tuple[torch.device, torch.dtype, str], torch.Tensor] = {}
 
 
-def _on(device: torch.device, name: str) -> torch.Tensor:
-    """A constant on `device`, copied there once (tasks on a GPU backend call these every control step)."""
-    if device.type == "cpu":
+def _like(x: torch.Tensor, name: str) -> torch.Tensor:
+    """A constant on `x`'s device in its dtype, made there once (tasks on a GPU backend call these every control
+    step; the pose shield computes in float64)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32:
         return _CONSTANTS[name]
-    key = (device, name)
+    key = (x.device, x.dtype, name)
     if key not in _ON_DEVICE:
-        _ON_DEVICE[key] = _CONSTANTS[name].to(device)
+        _ON_DEVICE[key] = _CONSTANTS[name].to(x.device, x.dtype)
     return _ON_DEVICE[key]
 
 
 def quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Hamilton product a * b, as one small matrix product (a task calls this every control step)."""
-    left = torch.matmul(a, _on(a.device, "hamilton")).reshape(*a.shape[:-1], 4, 4)
+    left = torch.matmul(a, _like(a, "hamilton")).reshape(*a.shape[:-1], 4, 4)
     return torch.matmul(left, b.unsqueeze(-1)).squeeze(-1)
 
 

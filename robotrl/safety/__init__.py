@@ -3,6 +3,7 @@
 from robotrl.safety.config import ShieldConfig, ShieldConfigError
 from robotrl.safety.corrections import CORRECTION_KINDS
 from robotrl.safety.kinematics import KinematicChain, MJCFError
+from robotrl.safety.pose_shield import PoseLimits, PoseShield, SafePose
 from robotrl.safety.shield import EStopLatchedError, SafeCommand, Shield, ShieldResetError
 from robotrl.safety.workspace import WorkspaceBox
 
@@ -11,7 +12,10 @@ __all__ = [
     "EStopLatchedError",
     "KinematicChain",
     "MJCFError",
+    "PoseLimits",
+    "PoseShield",
     "SafeCommand",
+    "SafePose",
     "Shield",
     "ShieldConfig",
     "ShieldConfigError",

@@ -46,6 +46,15 @@ class ShieldConfig:
     # s between gripper setpoint changes: a command sooner waits (the newest wins); a policy toggling its
     # gripper every control period passed 1,499 of 1,500 toggles to the fingers before this limit
     gripper_min_interval: float = 0.1
+    # Equilibrium poses for a Cartesian impedance controller (hardware.command=cartesian_pose; pose_shield.py).
+    # Speeds, so the step per command follows the policy rate: 1.5 m/s and 2 rad/s stay under a Franka's Cartesian
+    # limits (1.7 m/s, 2.5 rad/s) and above the 1.25 m/s a policy asks at max_ee_step 0.05 m per 40 ms step.
+    pose_max_speed: float = 1.5
+    pose_max_angular_speed: float = 2.0
+    # How far the equilibrium may lead the measured tool pose: the controller's pull is its stiffness times this
+    # (2000 N/m x 0.03 m = 60 N at SERL's Franka stiffness), in contact as in free space
+    pose_max_lead: float = 0.03
+    pose_max_lead_angle: float = 0.3
 
     @property
     def hold_after_s(self) -> float:
@@ -73,6 +82,8 @@ class ShieldConfig:
             raise ShieldConfigError(f"shield.tracking_samples must be >= 1, got {self.tracking_samples}")
         _nonnegative("state_jump_tolerance", self.state_jump_tolerance)
         _nonnegative("gripper_min_interval", self.gripper_min_interval)
+        for name in ("pose_max_speed", "pose_max_angular_speed", "pose_max_lead", "pose_max_lead_angle"):
+            _positive(name, getattr(self, name))
         if self.max_step is not None:
             _per_joint("max_step", self.max_step, num_joints, allow_zero=False)
         if self.has_workspace:
