@@ -18,12 +18,22 @@ ros2_control's joint_state_broadcaster does. It takes commands as ros2_control's
 - with `gripper_actions=true`, also franka_gripper's actions, `<gripper_action_namespace>/move`, `/grasp`,
   `/homing`, and a control_msgs GripperCommand at `<gripper_action_namespace>/gripper_action`
   (hardware/twin_gripper_server.py): each goal sets the finger target (clamped to the gripper's range, as a topic
-  command is) and watches the fingers' opening in the simulation.
+  command is) and watches the fingers' opening in the simulation;
+- `impedance_topic` (`/cartesian_impedance_controller/equilibrium_pose`, geometry_msgs/PoseStamped; franka_ros's
+  cartesian_impedance_example_controller, as HIL-SERL runs a Franka) when the robot spec names an
+  `end_effector_site`: the equilibrium pose of that tool point (metres, unit quaternion, in the model's world frame:
+  the arm's base). The arm's position actuators are then switched off and every physics step applies the torques
+  of a Cartesian spring and damper toward it (hardware/twin_impedance.py; `impedance_stiffness`,
+  `impedance_damping_ratio`, `impedance_nullspace_stiffness`, limited in rate and effort), so contact-rich policies
+  rehearse with compliance; published efforts are those torques. The gripper stays position-controlled.
 
-The newest command of either kind replaces the other. A message with the wrong number of values, a
-non-finite value, unknown or repeated joint names, or times that do not increase is rejected whole and
-counted (`rejected[<reason>]`), never applied; positions outside the model's joint ranges are clamped to
-them and counted (`clamped`). The twin is the robot, not the safety shield (robotrl/safety/).
+The newest command of any kind replaces the others: an equilibrium pose switches the arm to impedance control, a
+joint-position command or trajectory back to position control (from where the arm is). A message with the wrong
+number of values, a non-finite value, unknown or repeated joint names, times that do not increase, a quaternion
+that is not a unit one (`bad_quaternion`) or a header.frame_id other than a non-empty `frame_id` (`wrong_frame`)
+is rejected whole and counted (`rejected[<reason>]`), never applied; positions outside the model's joint ranges are
+clamped to them and counted (`clamped`). The twin is the robot, not the safety shield (robotrl/safety/): an
+equilibrium far from the arm is followed within the torque and torque-rate limits, as a Franka would.
 
 The loop is paced by absolute deadlines (`t0 + k * period`, so it does not drift); a period whose deadline
 passed more than one period before the loop got to it is skipped and counted in `missed` (the simulation
@@ -61,6 +71,7 @@ from robotrl.hardware.realtime import check_priority, set_realtime_priority
 from robotrl.hardware.ros2 import make_bridge
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 from robotrl.hardware.twin_gripper_server import TwinGripperServer
+from robotrl.hardware.twin_impedance import CartesianImpedance, ImpedanceGains, check_gains, unit_quaternion
 from robotrl.hardware.twin_models import MAX_LATENCY_S, CommandDelay, StateNoise
 
 from robotrl.cli_errors import reports_errors
@@ -72,7 +83,8 @@ log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parent.parent / "tasks" / "assets"
 TIMING_WINDOW = 200_000  # periods whose timings stats() reports (400 s at 500 Hz)
-REJECT_REASONS = ("wrong_length", "non_finite", "unknown_joint", "bad_trajectory")
+REJECT_REASONS = ("wrong_length", "non_finite", "unknown_joint", "bad_trajectory")  # always in stats()
+POSE_REJECT_REASONS = ("bad_quaternion", "wrong_frame")  # equilibrium poses only; in stats() once counted
 
 # The robot's own MJCF plus the table-top scene every task shares (floor, light, headless-friendly rendering)
 # and the `front` camera of the Panda tasks; the robot model itself is the repository's, unchanged.
@@ -145,6 +157,25 @@ class SimTwinConfig:
     # (bench/results/sysid.jsonl, 2026-11-28). Past the bound (an overloaded machine) periods are missed instead.
     max_catch_up_periods: int = 10
     realtime_priority: int = 0  # SCHED_FIFO priority (1-99) of the thread that runs the loop; 0: normal
+    # Cartesian impedance control of the arm (hardware/twin_impedance.py) toward equilibrium poses of the robot
+    # spec's end_effector_site on this topic (geometry_msgs/PoseStamped); "": off (so is a robot without a tool point)
+    impedance_topic: str = "/cartesian_impedance_controller/equilibrium_pose"
+    # N/m (x, y, z), then Nm/rad (about x, y, z), world axes: HIL-SERL's Franka values. On the twin's Panda they give
+    # task-space modes of 10-43 rad/s at home, omega * dt <= 0.09 with the model's 2 ms physics step: far inside what
+    # torques computed once a step keep stable (about 1) at any rate_hz; a 10 N push moves the tool 5 mm as on a robot
+    impedance_stiffness: list[float] = field(default_factory=lambda: [2000.0, 2000.0, 2000.0, 150.0, 150.0, 150.0])
+    # zeta of every task-space mode, their inertia included (SERL's 2 sqrt(K) damping assumes a 1 kg tool and
+    # leaves the twin's 5-12 kg one underdamped); 1: a 2 cm step arrives without overshoot
+    impedance_damping_ratio: float = 1.0
+    # Nm/rad pulling the arm's redundant (elbow) motion toward the spec's home pose, as franka's example controller
+    # pulls it toward its start: 10 brings it back within one or two seconds on the twin's joints (0.1-1.5 kg m^2
+    # with their armature) at 1 Nm per 0.1 rad; the dynamically consistent projection keeps it out of the tool's motion
+    impedance_nullspace_stiffness: float = 10.0
+    # Nm/s per joint: Franka's example controller's delta_tau_max (1 Nm per 1 ms cycle), so a far equilibrium
+    # ramps the torques up instead of kicking the arm
+    impedance_torque_rate_limit: float = 1000.0
+    # Nm per joint, at most the robot spec's effort_limit (a gentler rehearsal); None: the spec's (Franka: 87 x4, 12 x3)
+    impedance_effort_limit: list[float] | None = None
 
     def validate(self) -> None:
         if not (isinstance(self.rate_hz, (int, float)) and math.isfinite(self.rate_hz) and self.rate_hz > 0):
@@ -194,6 +225,19 @@ class SimTwinConfig:
         if not (math.isfinite(self.state_drop_prob) and 0 <= self.state_drop_prob < 1):
             raise ValueError(f"state_drop_prob must be in [0, 1), got {self.state_drop_prob!r}")
         check_priority("realtime_priority", self.realtime_priority)
+        if self.impedance_topic:
+            try:
+                full_topic_name(self.impedance_topic)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"impedance_topic: {error}") from None
+        check_gains(
+            list(self.impedance_stiffness),
+            self.impedance_damping_ratio,
+            self.impedance_nullspace_stiffness,
+            self.impedance_torque_rate_limit,
+            None if self.impedance_effort_limit is None else list(self.impedance_effort_limit),
+            prefix="impedance_",
+        )
 
 
 def load_twin_model(cfg: SimTwinConfig, overlay: ModelOverlay | None = None) -> mujoco.MjModel:
@@ -258,7 +302,8 @@ class SimTwin:
     missed periods, period jitter and command counts.
 
     on_command(kind, msg, received_wall_time) runs on the bridge's receive thread after a command was
-    accepted (kind "commands", "joint_trajectory" or "gripper"); benchmarks use it to time round trips.
+    accepted (kind "commands", "joint_trajectory", "equilibrium_pose" or "gripper"); benchmarks use it to time
+    round trips.
     """
 
     def __init__(
@@ -323,6 +368,13 @@ class SimTwin:
             latency = self.overlay.command_latency
         self.latency_steps = round(latency / timestep)
         self._commands = CommandDelay(self.latency_steps, self.data.ctrl)
+        self._impedance = self._impedance_controller()
+        # The newest equilibrium pose [x, y, z, qw, qx, qy, qz] (None: position control), and the one in force
+        # behind the same latency as the actuators' targets (NaN: position control), so a mode switch and the
+        # setpoint it goes with take effect in the same physics step
+        self._equilibrium: np.ndarray | None = None
+        self._equilibria = CommandDelay(self.latency_steps, np.full(7, np.nan))
+        self._arm_gains: tuple[np.ndarray, np.ndarray] | None = None  # the position actuators' while switched off
         self._sensors = StateNoise(
             len(self.state_names),
             cfg.joint_pos_bias,
@@ -376,6 +428,38 @@ class SimTwin:
                 self.bridge.close()
             raise
 
+    def _impedance_controller(self) -> CartesianImpedance | None:
+        """The arm's Cartesian impedance controller, or None when impedance_topic is off or the robot has no tool
+        point."""
+        cfg, spec = self.cfg, self.spec
+        if not cfg.impedance_topic or spec.end_effector_site is None:
+            return None
+        site = self._id(mujoco.mjtObj.mjOBJ_SITE, spec.end_effector_site, "end_effector_site")
+        limit = spec.effort_limit.double().numpy()
+        if cfg.impedance_effort_limit is not None:
+            wanted = np.asarray(list(cfg.impedance_effort_limit), dtype=np.float64)
+            if wanted.shape != limit.shape:
+                raise ValueError(
+                    f"impedance_effort_limit must have {len(limit)} values (one per joint of {cfg.robot}), got "
+                    f"{wanted.tolist()}"
+                )
+            if (wanted > limit).any():
+                raise ValueError(
+                    f"impedance_effort_limit {wanted.tolist()} exceeds robot {cfg.robot!r}'s effort_limit "
+                    f"{limit.tolist()} (the robot's own cannot be raised)"
+                )
+            limit = wanted
+        gains = ImpedanceGains(
+            stiffness=tuple(float(k) for k in cfg.impedance_stiffness),
+            damping_ratio=float(cfg.impedance_damping_ratio),
+            nullspace_stiffness=float(cfg.impedance_nullspace_stiffness),
+            effort_limit=tuple(limit.tolist()),
+            torque_rate_limit=float(cfg.impedance_torque_rate_limit),
+        )
+        dofs = self.model.jnt_dofadr[self._joint_ids]
+        qpos = self.model.jnt_qposadr[self._joint_ids]
+        return CartesianImpedance(self.model, self.data, qpos, dofs, site, gains, spec.home.double().numpy())
+
     def _open_topics(self) -> None:
         # cyclonedds (the ros extra) loads with the message types
         from robotrl.hardware.ros2.msgs import Float64MultiArray, Image, JointState, JointTrajectory, PoseStamped
@@ -404,6 +488,11 @@ class SimTwin:
                 self.bridge.subscription(topic, JointTrajectory, cfg.command_qos, self._on_trajectory)
             )
             self.topics["joint_trajectory"] = topic
+        if self._impedance is not None:
+            self._subscriptions.append(
+                self.bridge.subscription(cfg.impedance_topic, PoseStamped, cfg.command_qos, self._on_equilibrium_pose)
+            )
+            self.topics["equilibrium_pose"] = cfg.impedance_topic
         if self.has_gripper and cfg.gripper_controller:
             topic = f"/{cfg.gripper_controller}/commands"
             self._subscriptions.append(
@@ -487,7 +576,7 @@ class SimTwin:
             return self._reject("commands", error)
         target = self._clamp(values, self.lower, self.upper)
         with self._command_lock:
-            self._target, self._trajectory = target, None
+            self._target, self._trajectory, self._equilibrium = target, None, None
         self._accepted("commands", msg)
 
     def _on_gripper(self, msg) -> None:
@@ -528,8 +617,33 @@ class SimTwin:
             # The setpoint is read here, under the lock, so the trajectory starts where the arm is being held.
             if trajectory.from_setpoint:
                 trajectory.positions[0] = self._setpoint[trajectory.joints]
-            self._trajectory, self._target = trajectory, None
+            self._trajectory, self._target, self._equilibrium = trajectory, None, None
         self._accepted("joint_trajectory", msg)
+
+    def _on_equilibrium_pose(self, msg) -> None:
+        try:
+            equilibrium = self._resolve_equilibrium(msg)
+        except _Rejected as error:
+            return self._reject("equilibrium_pose", error)
+        with self._command_lock:
+            self._equilibrium, self._target, self._trajectory = equilibrium, None, None
+        self._accepted("equilibrium_pose", msg)
+
+    def _resolve_equilibrium(self, msg) -> np.ndarray:
+        """[x, y, z, qw, qx, qy, qz] of a PoseStamped (ROS orders a quaternion x, y, z, w; MuJoCo w, x, y, z)."""
+        frame = self.cfg.frame_id
+        if frame and msg.header.frame_id != frame:
+            raise _Rejected(
+                "wrong_frame", f"equilibrium pose in frame {msg.header.frame_id!r}, the twin's is {frame!r}"
+            )
+        p, q = msg.pose.position, msg.pose.orientation
+        position = _finite([p.x, p.y, p.z], 3, "equilibrium position")
+        quat = _finite([q.w, q.x, q.y, q.z], 4, "equilibrium orientation")
+        try:
+            quat = unit_quaternion(quat)
+        except ValueError as error:
+            raise _Rejected("bad_quaternion", f"equilibrium orientation (w, x, y, z): {error}") from None
+        return np.concatenate([position, quat])
 
     def _resolve_trajectory(self, msg, now: float) -> _Trajectory:
         names = list(msg.joint_names)
@@ -592,8 +706,12 @@ class SimTwin:
     def _simulate_period(self, wall: float | None = None) -> None:
         """Apply the newest command (and any object placements) and step the physics through one period; a
         trajectory is sampled at `wall` (the period's own wall-clock time when caught up late; None: now)."""
+        arm = self.data.qpos[self._qpos[: len(self.joint_names)]]
         with self._command_lock:
-            if self._trajectory is not None:
+            equilibrium = self._equilibrium
+            if equilibrium is not None:
+                self._setpoint[:] = arm  # where a joint command that takes over starts from
+            elif self._trajectory is not None:
                 trajectory = self._trajectory
                 self._setpoint[trajectory.joints] = trajectory.sample(time.time() if wall is None else wall)
             elif self._target is not None:
@@ -604,6 +722,8 @@ class SimTwin:
                 sent[self._gripper_actuator] = self._gripper_target
             placements, self._placements = self._placements, {}
         self._commands.send(sent)
+        if self._impedance is not None:
+            self._equilibria.send(np.full(7, np.nan) if equilibrium is None else equilibrium)
         for name, (position, quat) in placements.items():
             joint = self._free_joint(name)
             qpos, dof = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
@@ -613,8 +733,37 @@ class SimTwin:
             self.data.qvel[dof : dof + 6] = 0.0
         for _ in range(self.substeps):
             self.data.ctrl[:] = self._commands.tick()  # the command in force, latency_ms after it was sent
-            mujoco.mj_step(self.model, self.data)
+            equilibrium = self._equilibria.tick() if self._impedance is not None else None
+            if equilibrium is not None:
+                self._switch_arm_control(impedance=not np.isnan(equilibrium[0]))
+            if self._arm_gains is None:
+                mujoco.mj_step(self.model, self.data)
+            else:  # the torques from the state this step starts from: kinematics first, then the rest of the step
+                mujoco.mj_step1(self.model, self.data)
+                self.data.qfrc_applied[self._impedance.dof_ids] = self._impedance.torques(
+                    equilibrium[:3], equilibrium[3:]
+                )
+                mujoco.mj_step2(self.model, self.data)
         self.periods += 1
+
+    def _switch_arm_control(self, impedance: bool) -> None:
+        """Switch the arm's position actuators off (their gains saved; the impedance torques take over from the
+        torques they were applying) or back on (the impedance torques gone). The gripper's actuator stays."""
+        model, arm, dofs = self.model, self._actuators, self._impedance.dof_ids
+        if impedance and self._arm_gains is None:
+            self._arm_gains = (model.actuator_gainprm[arm].copy(), model.actuator_biasprm[arm].copy())
+            self._impedance.reset(self.data.qfrc_actuator[dofs])
+            model.actuator_gainprm[arm] = 0.0
+            model.actuator_biasprm[arm] = 0.0
+        elif not impedance and self._arm_gains is not None:
+            model.actuator_gainprm[arm], model.actuator_biasprm[arm] = self._arm_gains
+            self._arm_gains = None
+            self.data.qfrc_applied[dofs] = 0.0
+
+    @property
+    def control_mode(self) -> str:
+        """How the arm is controlled in the physics now: "position" or "impedance"."""
+        return "position" if self._arm_gains is None else "impedance"
 
     def place_object(self, name: str, position) -> None:
         """Put tracked object `name` (a free body) at `position` [x, y, z] at rest, keeping its orientation,
@@ -651,6 +800,8 @@ class SimTwin:
             return
         data = self.data
         effort = data.qfrc_actuator[self._qvel]
+        if self._arm_gains is not None:  # impedance control: the torques commanded (the actuators are off)
+            effort[: len(self.joint_names)] = self._impedance.torque
         now = time.time()
         position, velocity = self._sensors.joint_state(data.qpos[self._qpos], data.qvel[self._qvel])
         msg = self._JointState(
@@ -763,7 +914,9 @@ class SimTwin:
             "lateness_p99_ms": ms(lateness, lambda x: np.percentile(x, 99)),  # wake-up after the deadline
             "lateness_max_ms": ms(lateness, np.max),
             "accepted": accepted,
-            "rejected": {reason: rejected.get(reason, 0) for reason in REJECT_REASONS},
+            "rejected": {reason: rejected.get(reason, 0) for reason in REJECT_REASONS}
+            | {reason: rejected[reason] for reason in POSE_REJECT_REASONS if rejected.get(reason)},
+            "control_mode": self.control_mode,
             "clamped": clamped,
             "images": self.images,
             "object_poses": self.object_poses,
