@@ -74,7 +74,7 @@ from robotrl.hardware.scene_reset import SETTLE_DISTANCE, SceneReset, SceneReset
 
 from robotrl.core.robot_spec import load_robot_spec
 from robotrl.core.rotations import rotation_error
-from robotrl.safety import Shield
+from robotrl.safety import PoseShield, Shield
 
 # the names deploy, the actor and the tests import from here, wherever they are defined
 __all__ = [
@@ -135,6 +135,11 @@ class RobotEnv(gym.Env):
         self.spec = load_robot_spec(cfg.robot)
         if control == "ee_delta" and self.spec.end_effector_site is None:
             raise ValueError(f"control=ee_delta needs a tool point; robot {cfg.robot!r} has none")
+        if cfg.command == "cartesian_pose" and control != "ee_delta":
+            raise ValueError(
+                "hardware.command=cartesian_pose sends tool poses: it runs ee_delta policies, this one acts by "
+                f"{control}"
+            )
         if (gripper_action or gripper_obs) and (self.spec.gripper is None or not cfg.gripper_controller):
             raise ValueError(f"the policy uses a gripper; robot {cfg.robot!r} has none (or no gripper_controller)")
         self.control, self.max_ee_step, self.max_joint_step = control, max_ee_step, max_joint_step
@@ -177,6 +182,8 @@ class RobotEnv(gym.Env):
         model_file = Path(cfg.model) if cfg.model else ASSETS / f"{cfg.robot}.xml"
         self.kinematics = Kinematics(model_file, self.spec)
         self.shield = Shield.from_spec(self.spec, cfg.shield_config(), model_file)
+        # command=cartesian_pose: every equilibrium pose passes this (robotrl/safety/pose_shield.py)
+        self.pose_shield = PoseShield(cfg.pose_limits()) if cfg.command == "cartesian_pose" else None
         self.lower = self.spec.position_lower.double().numpy()
         self.upper = self.spec.position_upper.double().numpy()
         self.action_dim = (3 if control == "ee_delta" else self.n) + int(gripper_action)
@@ -205,7 +212,7 @@ class RobotEnv(gym.Env):
         self.scene = SceneReset(
             cfg, self.tracked_objects, self.goal, self._scene_pose, start_regions, goal_sampler, self._request_scene
         )
-        self.link = RobotLink(cfg, self.spec, self.shield, self.stats, self.tracked_objects, bridge)
+        self.link = RobotLink(cfg, self.spec, self.shield, self.stats, self.tracked_objects, bridge, self._tool_pose)
 
         self._last_obs: dict[str, np.ndarray] | None = None
         self._last_target = np.zeros(self.n)
@@ -270,6 +277,19 @@ class RobotEnv(gym.Env):
             self._last_target = target
         return target
 
+    def _tool_pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        position, quat, _ = self.kinematics.pose(q)
+        return position, quat
+
+    def _send_pose(self, target: np.ndarray, quat: np.ndarray, q: np.ndarray) -> dict[str, int]:
+        """The equilibrium (`target`, `quat`) through the pose shield, from the tool's pose at measured joints `q`,
+        sent if it lets it through; the shield's corrections."""
+        position, measured_quat = self._tool_pose(q)
+        safe, info = self.pose_shield.filter(target, quat, position, measured_quat)
+        if safe is not None:
+            self.link.publish_pose(safe.position.numpy(), safe.quat.numpy())
+        return {key: value for key, value in info.items() if value}
+
     def world_to_action(self, action: torch.Tensor) -> torch.Tensor:
         """An action [N, A] whose first three entries are a motion in the robot's base axes (a teleop
         device's), expressed in this env's action frame (the tool's start frame under `relative_frame`),
@@ -323,19 +343,31 @@ class RobotEnv(gym.Env):
         return obs, info
 
     def _go_home(self) -> None:
-        """Move to the spec's home pose through the shield and wait until the arm rests there (reset_timeout)."""
+        """Move to the spec's home pose through the shield and wait until the arm rests there (reset_timeout).
+        command=cartesian_pose: through the pose shield to the tool's pose at the home joints."""
         cfg, home = self.cfg, self.spec.home.double().numpy()
         deadline = time.monotonic() + cfg.reset_timeout
+        if self.pose_shield is not None:
+            home_pose = self._tool_pose(home)
+            self.pose_shield.reset(*self._tool_pose(self.link.locked_state().position.numpy()))
         while True:
             fingers = self.spec.gripper.open if self.gripper_hold is None else self.gripper_hold
-            self.link.post(home, fingers if self.link.drives_gripper else None)
+            fingers = fingers if self.link.drives_gripper else None
+            if self.pose_shield is None:
+                self.link.post(home, fingers)
+            else:
+                state = self.link.locked_state()
+                if time.monotonic() - state.stamp <= cfg.max_state_age:  # never a pose led from a stale one
+                    self._send_pose(*home_pose, state.position.numpy())
+                if fingers is not None:
+                    self.link.post_gripper(fingers)
             time.sleep(1.0 / cfg.policy_rate_hz)
+            if self._at_home():
+                return
             state = self.link.locked_state()
             error = np.abs(state.position.numpy() - home)
             speed = np.abs(state.velocity.numpy()) if state.velocity is not None else np.zeros(self.n)
             fresh = time.monotonic() - state.stamp <= cfg.max_state_age
-            if fresh and error.max() <= cfg.reset_tolerance and speed.max() <= cfg.reset_velocity:
-                return
             if time.monotonic() > deadline:
                 latched = self.link.latched
                 raise ResetTimeoutError(
@@ -346,13 +378,21 @@ class RobotEnv(gym.Env):
                 )
 
     def _at_home(self) -> bool:
-        """Whether the newest joint state is fresh and at rest at home, as `_go_home` leaves the arm."""
+        """Whether the newest joint state is fresh and at rest at home, as `_go_home` leaves the arm (the joints
+        within reset_tolerance; with command=cartesian_pose the tool within pose_reset_tolerance and
+        pose_reset_angle of its home pose)."""
         cfg, state = self.cfg, self.link.locked_state()
         if state is None or time.monotonic() - state.stamp > cfg.max_state_age:
             return False
         speed = np.abs(state.velocity.numpy()).max() if state.velocity is not None else 0.0
-        error = np.abs(state.position.numpy() - self.spec.home.double().numpy()).max()
-        return bool(error <= cfg.reset_tolerance and speed <= cfg.reset_velocity)
+        home = self.spec.home.double().numpy()
+        if self.pose_shield is None:
+            error = np.abs(state.position.numpy() - home).max()
+            return bool(error <= cfg.reset_tolerance and speed <= cfg.reset_velocity)
+        (position, quat), (home_position, home_quat) = self._tool_pose(state.position.numpy()), self._tool_pose(home)
+        angle = 2.0 * math.acos(min(1.0, abs(float(np.dot(quat, home_quat)))))
+        distance = float(np.linalg.norm(position - home_position))
+        return distance <= cfg.pose_reset_tolerance and angle <= cfg.pose_reset_angle and speed <= cfg.reset_velocity
 
     def step(self, action):
         if self._last_obs is None:
@@ -379,12 +419,24 @@ class RobotEnv(gym.Env):
             if self.cfg.on_stale == "raise":
                 raise StaleObservationError(f"the action was computed from an observation whose {late}")
         if observations.fresh and not late:
-            target = self._joint_targets(action, observations.state.position.numpy())
+            q = observations.state.position.numpy()
             gripper = None
             if self.gripper_action:
                 g = self.spec.gripper
                 gripper = g.open + (action[-1] + 1.0) * 0.5 * (g.closed - g.open)
-            self.link.post(target, gripper)
+            if self.pose_shield is not None:
+                # the step moves the last equilibrium, not the measured tool: a compliant arm drifts off its line as
+                # it accelerates, and an equilibrium re-anchored to it each step follows the drift instead of pulling
+                # it back (peg insertion on the twin: 4 mm of lateral drift per descent, the rim never cleared). The
+                # pose shield's lead bound keeps the equilibrium within reach of the tool.
+                arm = action[: self.action_dim - int(self.gripper_action)]
+                anchor, _ = self.pose_shield.last
+                target = anchor.numpy() + self._action_frame @ (arm * self.max_ee_step)
+                info.update(self._send_pose(target, self._target_quat, q))
+                if gripper is not None:
+                    self.link.post_gripper(gripper)
+            else:
+                self.link.post(self._joint_targets(action, q), gripper)
         else:
             info["skipped_stale"] = 1  # an action computed from a stale observation is not sent
         delay = self._next_tick - time.monotonic()

@@ -18,9 +18,10 @@ from robotrl.hardware.realtime import check_priority
 from robotrl.hardware.ros2.names import full_topic_name, topic_for
 
 from robotrl.core.camera_crop import check_camera_crops
-from robotrl.safety import ShieldConfig
+from robotrl.safety import PoseLimits, ShieldConfig
 
 ON_STALE = ("hold", "raise")
+COMMANDS = ("joint_position", "cartesian_pose")
 
 
 @dataclass
@@ -35,6 +36,18 @@ class RobotEnvConfig:
     loopback: bool = True  # stay on this machine; false for a robot on the lab network
     joint_states_topic: str = "/joint_states"
     controller: str = "forward_position_controller"  # commands go to /<controller>/commands
+    # What the arm is commanded: joint_position (the shield's setpoints on /<controller>/commands at control_rate_hz)
+    # or cartesian_pose (an ee_delta policy's equilibrium pose, geometry_msgs/PoseStamped on pose_topic at the policy
+    # rate, for a Cartesian impedance controller, as HIL-SERL commands its Franka: compliant in contact; checked by
+    # the pose shield, robotrl/safety/pose_shield.py; resets move there too, through the same interface)
+    command: str = "joint_position"
+    pose_topic: str = "/cartesian_impedance_controller/equilibrium_pose"
+    pose_frame: str = ""  # header.frame_id of the poses sent (the arm's base frame, e.g. panda_link0)
+    # cartesian_pose: home reached when the tool point is this close (m) to its pose at the spec's home joints,
+    # within pose_reset_angle (rad), and every joint slower than reset_velocity (an impedance controller's
+    # nullspace settles the joints only loosely, so home is judged at the tool)
+    pose_reset_tolerance: float = 0.005
+    pose_reset_angle: float = 0.05
     # The gripper's controller: with gripper_interface topic its commands go to /<gripper_controller>/commands;
     # "": the robot env drives no gripper, whatever the interface
     gripper_controller: str = "gripper_controller"
@@ -127,6 +140,18 @@ class RobotEnvConfig:
             raise ValueError(f"hardware.on_stale must be one of {', '.join(ON_STALE)}, got {self.on_stale!r}")
         if not self.controller:
             raise ValueError("hardware.controller must name the joint position controller")
+        if self.command not in COMMANDS:
+            raise ValueError(f"hardware.command must be one of {', '.join(COMMANDS)}, got {self.command!r}")
+        if self.command == "cartesian_pose":
+            if not self.shield_config().has_workspace:
+                raise ValueError(
+                    "hardware.command=cartesian_pose: the pose shield keeps equilibria in a box; give "
+                    "hardware.shield.workspace_min and workspace_max"
+                )
+            for name in ("pose_reset_tolerance", "pose_reset_angle"):
+                value = getattr(self, name)
+                if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                    raise ValueError(f"hardware.{name} must be a finite number > 0, got {value!r}")
         self._check_gripper()
         if not isinstance(self.require_estop_publisher, bool):
             raise ValueError(
@@ -220,6 +245,8 @@ class RobotEnvConfig:
     def _check_topics(self) -> None:
         """Every topic name the env will use, before a bridge joins the domain."""
         topics = [("joint_states_topic", self.joint_states_topic), ("controller", f"/{self.controller}/commands")]
+        if self.command == "cartesian_pose":
+            topics.append(("pose_topic", self.pose_topic))
         if self.gripper_controller and self.gripper_interface == "topic":
             topics.append(("gripper_controller", f"/{self.gripper_controller}/commands"))
         names = ("estop_topic", "estop_ack_topic", "scene_reset_topic")
@@ -240,6 +267,22 @@ class RobotEnvConfig:
                 full_topic_name(topic)
             except (TypeError, ValueError) as error:
                 raise ValueError(f"hardware.{key}: {error}") from None
+
+    def pose_limits(self) -> PoseLimits:
+        """The pose shield's limits (hardware.command=cartesian_pose): shield.* speeds as steps per policy period,
+        the leads, and the shield's workspace box less its margin."""
+        shield = self.shield_config()
+        shield.validate()
+        margin = shield.workspace_margin
+        period = 1.0 / self.policy_rate_hz
+        return PoseLimits(
+            workspace_min=tuple(float(v) + margin for v in shield.workspace_min),
+            workspace_max=tuple(float(v) - margin for v in shield.workspace_max),
+            max_step=shield.pose_max_speed * period,
+            max_step_angle=shield.pose_max_angular_speed * period,
+            max_lead=shield.pose_max_lead,
+            max_lead_angle=shield.pose_max_lead_angle,
+        )
 
     def shield_config(self) -> ShieldConfig:
         known = set(ShieldConfig.__dataclass_fields__)

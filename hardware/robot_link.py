@@ -11,6 +11,12 @@ cancelled and nothing new is sent until the shield restarts: a gripper must not 
 The shield's corrections are counted per policy period (`take_info`) and over the link's life (`totals`); the
 gripper client's goals, failures, deadlines and holds in `stats` (`gripper_<count>`) and per policy period in
 `take_info` (`gripper/<count>`).
+With `hardware.command=cartesian_pose` the arm takes equilibrium poses for an impedance controller instead
+(`publish_pose`, geometry_msgs/PoseStamped on `pose_topic`, sent by the robot env at the policy rate after its pose
+shield): no joint setpoint is published, and the joint shield runs as the arm's monitor, given the measured joints
+as its command every period, which keeps its e-stop latch, its joint-state watchdog and its gripper checks on the
+command path. While it is latched no pose goes out; when an e-stop latches it, the tool's measured pose is sent
+once as the equilibrium (the controller holds the arm where it is).
 The e-stop topic latches the shield's e-stop; the acknowledgement topic (or `acknowledge_estop`) lets the next
 `restart_shield` restart it once every live publisher says released. The link also opens the topics observation
 assembly reads (cameras, tracked objects) and the scene-reset request; it never decides what to observe. A camera
@@ -43,6 +49,13 @@ from robotrl.core.robot_spec import RobotSpec
 from robotrl.safety import EStopLatchedError, Shield, ShieldResetError
 
 log = logging.getLogger(__name__)
+
+# The joint shield's corrections that concern its own setpoint, which command=cartesian_pose never publishes (it
+# follows the measured arm as a monitor): not reported as corrections of the robot's motion
+MONITOR_ONLY = frozenset(
+    f"safety/{kind}"
+    for kind in ("velocity", "acceleration", "jerk", "delta_clip", "workspace", "workspace_guard", "position_limit")
+)
 
 # the gripper action client's counts the link reports (stats: gripper_<count>; take_info: gripper/<count>)
 GRIPPER_COUNTS = (
@@ -79,8 +92,16 @@ class RobotLink:
         stats: Counter[str],
         objects: list[str] = (),
         bridge: Any | None = None,
+        tool_pose: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
     ):
+        """`tool_pose(q) -> (position, quaternion wxyz)`: forward kinematics, needed with command=cartesian_pose."""
         self.cfg, self.spec, self.shield, self.stats = cfg, spec, shield, stats
+        self.pose_mode = cfg.command == "cartesian_pose"
+        if self.pose_mode and tool_pose is None:
+            raise ValueError("hardware.command=cartesian_pose needs the tool point's forward kinematics")
+        self.tool_pose = tool_pose
+        self._pose_held = False  # the e-stop's hold pose was sent for the current latch
+        self._pose_pub = None
         self.n = len(spec.joints)
         # state shared with the control thread and the bridge's callbacks (an e-stop may arrive as soon as its
         # subscription exists), under lock
@@ -140,7 +161,12 @@ class RobotLink:
         cfg = self.cfg
         self.topics = {"joint_states": cfg.joint_states_topic, "commands": f"/{cfg.controller}/commands"}
         self.joint_states = self.bridge.subscription(cfg.joint_states_topic, JointState, cfg.state_qos)
-        self._command_pub = self.bridge.publisher(self.topics["commands"], Float64MultiArray, cfg.command_qos)
+        if self.pose_mode:  # no joint command goes out: the arm's controller is the impedance controller
+            del self.topics["commands"]
+            self.topics["pose"] = cfg.pose_topic
+            self._pose_pub = self.bridge.publisher(cfg.pose_topic, PoseStamped, cfg.command_qos)
+        else:
+            self._command_pub = self.bridge.publisher(self.topics["commands"], Float64MultiArray, cfg.command_qos)
         self.gripper_pub = None  # the gripper's topic (gripper_interface topic)
         if cfg.gripper_controller and self.spec.gripper is not None:
             if cfg.gripper_interface == "topic":
@@ -261,12 +287,14 @@ class RobotLink:
             if not self.started or state is None:
                 return None, self.shield.latched
             command, self._pending = self._pending, None
+            if self.pose_mode:  # the joint shield monitors the arm the impedance controller moves
+                command = state.position
             gripper, self._pending_gripper = self._pending_gripper, None
             safe = self.shield.filter(
                 command, state.position, state.stamp, now, gripper=gripper, joint_velocity=state.velocity
             )
             for key, value in safe.info.items():
-                if value:
+                if value and not (self.pose_mode and key in MONITOR_ONLY):
                     self._period_info[key] += 1
                     self.totals[key] += 1
             age = now - state.stamp
@@ -282,14 +310,19 @@ class RobotLink:
                 self.stats["non_finite_setpoint"] += 1
                 return None, latched
             self._last_setpoint = setpoint
+            hold_pose = self.pose_mode and self.shield.latched == "estop" and not self._pose_held
+            if hold_pose:
+                self._pose_held = True
+                self._send_pose(*self.tool_pose(state.position.numpy()))
         # lazy: the message types need cyclonedds (the ros extra); cached after the first period
         from robotrl.hardware.ros2.tensors import float64_multi_array
 
-        message, sent = float64_multi_array(setpoint, self.n), time.time_ns()
-        self._command_pub.publish(message)
-        self.stats["commands"] += 1
-        if self.on_command is not None:
-            self.on_command(message, sent)
+        if not self.pose_mode:
+            message, sent = float64_multi_array(setpoint, self.n), time.time_ns()
+            self._command_pub.publish(message)
+            self.stats["commands"] += 1
+            if self.on_command is not None:
+                self.on_command(message, sent)
         if self.gripper_pub is not None and safe.gripper is not None:
             # a new gripper setpoint at once, an unchanged one at 10 Hz (a forward controller holds it)
             value = float(safe.gripper)
@@ -350,6 +383,33 @@ class RobotLink:
             self._pending = torch.as_tensor(target, dtype=torch.float64)
             if gripper is not None:
                 self._pending_gripper = gripper
+
+    def post_gripper(self, gripper: float) -> None:
+        """The policy's next gripper opening alone (command=cartesian_pose: the arm takes poses)."""
+        with self.lock:
+            self._pending_gripper = gripper
+
+    def publish_pose(self, position: np.ndarray, quat: np.ndarray) -> bool:
+        """Send an equilibrium pose the pose shield let through (position in metres, quaternion wxyz, base frame);
+        False (nothing sent) while the shield is latched or not started."""
+        with self.lock:
+            if not self.started or self.shield.latched is not None:
+                self.stats["poses_withheld"] += 1
+                return False
+            self._send_pose(position, quat)
+            return True
+
+    def _send_pose(self, position: np.ndarray, quat: np.ndarray) -> None:
+        from robotrl.hardware.ros2.msgs import Header, Point, Pose, PoseStamped, Quaternion, Time
+
+        stamp = time.time_ns()
+        w, x, y, z = (float(v) for v in quat)
+        message = PoseStamped(
+            header=Header(stamp=Time(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id=self.cfg.pose_frame),
+            pose=Pose(position=Point(*(float(v) for v in position)), orientation=Quaternion(x=x, y=y, z=z, w=w)),
+        )
+        self._pose_pub.publish(message)
+        self.stats["poses"] += 1
 
     def take_info(self) -> dict[str, int]:
         """The shield's corrections since the last call: control periods in which each kind fired; and the gripper
@@ -459,6 +519,7 @@ class RobotLink:
                     try:
                         self.shield.reset(state.position, state.stamp, now)
                         self.started = True
+                        self._pose_held = False
                         return
                     except EStopLatchedError as error:  # only the operator can clear it: no point waiting
                         how = ""
