@@ -27,7 +27,13 @@ SCRIPTS = {
     ep.name: ep.value for ep in importlib.metadata.distribution("robotrl").entry_points if ep.group == "console_scripts"
 }
 # ROS 2 drivers a session may start beside robotrl (installed with apt on the lab machine)
-EXTERNAL_DRIVERS = {"usb_cam": {"usb_cam_node_exe"}, "realsense2_camera": {"realsense2_camera_node"}}
+EXTERNAL_DRIVERS = {
+    "usb_cam": {"usb_cam_node_exe"},
+    "realsense2_camera": {"realsense2_camera_node"},
+    "joy": {"joy_node"},
+    "spacenav": {"spacenav_node"},
+    "franka_gripper": {"franka_gripper_node"},
+}
 LAUNCH_FILES = sorted(LAUNCH.glob("*.launch.py"))
 
 
@@ -94,9 +100,10 @@ def _config_name(executable: str) -> str:
     raise AssertionError(f"{module_name} has no @hydra.main(config_name=...)")
 
 
-def test_there_are_launch_files_for_deployment_the_twin_and_fine_tuning():
+def test_there_are_launch_files_for_deployment_the_twin_fine_tuning_recording_grippers_and_impedance():
     names = {p.name for p in LAUNCH_FILES}
-    assert {"deploy.launch.py", "finetune.launch.py", "sim_twin.launch.py"} <= names, names
+    expected = {"deploy.launch.py", "finetune.launch.py", "sim_twin.launch.py", "record.launch.py"}
+    assert expected | {"gripper.launch.py", "impedance.launch.py"} <= names, names
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
