@@ -81,6 +81,26 @@ def test_a_pad_through_joy_node_moves_grips_and_takes_over():
             device.close()
 
 
+def test_a_press_counts_however_long_the_loop_goes_without_polling():
+    """A robot's reset drives the arm home for seconds without polling the pad; joy_node repeats the held state at
+    20 Hz meanwhile, more messages than a subscription keeps. The B pressed and released in that time still toggles
+    the takeover at the next poll."""
+    with make_bridge("dds", domain_id=228) as robot_side:
+        publisher = robot_side.publisher("/joy", Joy, "sensor_data")
+        device = make_teleop("joy", domain_id=228)
+        try:
+            assert wait_until(lambda: device.subscription.publisher_count() > 0)
+            b_pressed = list(BUTTONS)
+            b_pressed[1] = 1
+            for buttons in [b_pressed] * 3 + [BUTTONS] * 20:  # held 0.15 s, then a second at rest
+                publisher.publish(_joy(buttons=buttons))
+                time.sleep(0.05)
+            command = device.poll()
+            assert "toggle_takeover" in command.events and command.engaged
+        finally:
+            device.close()
+
+
 def test_a_spacemouse_through_spacenav_node():
     with make_bridge("dds", domain_id=222) as robot_side:
         twists = robot_side.publisher("/spacenav/twist", Twist, "sensor_data")

@@ -7,6 +7,10 @@ A command is only as fresh as its message: a message older than `max_age_s` give
 no motion: a joystick node that stopped must not keep the robot moving), and `disconnect_s` of silence after the
 first message marks the device disconnected (`hil.on_disconnect` applies). joy_node repeats a held state at 20 Hz
 (`autorepeat_rate`), spacenav_node publishes while the cap is pushed and zeros on release.
+
+Button presses are seen as their messages arrive, not only at a poll: a subscription keeps the last few messages
+(sensor_data: 5, a quarter of a second of joy_node), and a control loop may not poll for seconds (a robot's reset
+driving the arm home), so a B pressed and released meanwhile would otherwise never have been pressed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -31,6 +37,35 @@ from robotrl.hil.teleop import (
 )
 
 log = logging.getLogger(__name__)
+
+BUTTON_CHANGES_KEPT = 64  # a person's presses between two polls, not a message rate, fill this
+
+
+class _ButtonChanges:
+    """A subscription callback that keeps, in arrival order, each message whose held buttons differ from the
+    message before it, read with `read(received) -> (value, held buttons)` (None: a message to ignore). `take()`
+    hands them to the poll: every press and release since the last one, however many messages came between."""
+
+    def __init__(self, read: Callable[[Any], tuple[Any, frozenset] | None]):
+        self.read = read
+        self._lock = threading.Lock()
+        self._changes: deque[tuple[Any, frozenset]] = deque(maxlen=BUTTON_CHANGES_KEPT)
+        self._held: frozenset | None = None
+
+    def __call__(self, received: Any) -> None:
+        read = self.read(received)
+        if read is None:
+            return
+        with self._lock:
+            if read[1] != self._held:
+                self._held = read[1]
+                self._changes.append(read)
+
+    def take(self) -> list[tuple[Any, frozenset]]:
+        with self._lock:
+            changes = list(self._changes)
+            self._changes.clear()
+        return changes
 
 
 class _TopicDevice(TeleopDevice):
@@ -96,23 +131,23 @@ class JoyTeleop(_TopicDevice):
         self.bindings = GamepadBindings(**bindings) if isinstance(bindings, Mapping) else bindings or GamepadBindings()
         self.axis_map, self.layout = axis_map or AxisMap(), layout or PygameLayout()
         super().__init__(domain_id, backend, loopback, max_age_s, disconnect_s)
+        from robotrl.hardware.ros2.bridge import OnReceived
         from robotrl.hardware.ros2.msgs import Joy
 
         self.topic = topic
-        self.subscription = self.bridge.subscription(topic, Joy, "sensor_data")
         self._state = GamepadState()
         self._refused: Any = None  # the last message ignored (logged once)
+        self._changes = _ButtonChanges(self._read)
+        self.subscription = self.bridge.subscription(topic, Joy, "sensor_data", OnReceived(self._changes))
 
     def poll(self) -> TeleopCommand:
         if self.bridge is None:
             return TeleopCommand.idle(self._state.gripper, connected=False)
-        # every message since the last poll, so that a press and release between two polls still counts
+        # every change of the buttons since the last poll, so that a press and release between two polls counts
         events: set[str] = set()
-        for received in self.subscription.take():
-            read = self._read(received)
-            if read is not None:
-                command, self._state = gamepad_command(*read, self._state, self.deadzone, self.bindings, self.axis_map)
-                events |= command.events
+        for read in self._changes.take():
+            command, self._state = gamepad_command(*read, self._state, self.deadzone, self.bindings, self.axis_map)
+            events |= command.events
         latest = self.subscription.latest()
         stale = self._fresh(latest, self._state.gripper)
         read = self._read(latest) if stale is None else None
@@ -160,11 +195,15 @@ class TwistTeleop(_TopicDevice):
         self.axis_map = axis_map or AxisMap()
         self.gripper_button, self.takeover_button = gripper_button, takeover_button
         super().__init__(domain_id, backend, loopback, max_age_s, disconnect_s)
+        from robotrl.hardware.ros2.bridge import OnReceived
         from robotrl.hardware.ros2.msgs import Joy, Twist, TwistStamped
 
         self.stamped = stamped
         self.subscription = self.bridge.subscription(topic, TwistStamped if stamped else Twist, "sensor_data")
-        self.buttons = self.bridge.subscription(buttons_topic, Joy, "sensor_data") if buttons_topic else None
+        self._changes = _ButtonChanges(_held_buttons)
+        self.buttons = None
+        if buttons_topic:
+            self.buttons = self.bridge.subscription(buttons_topic, Joy, "sensor_data", OnReceived(self._changes))
         self._gripper, self._takeover, self._held = GRIPPER_OPEN, False, frozenset()
 
     def poll(self) -> TeleopCommand:
@@ -187,8 +226,7 @@ class TwistTeleop(_TopicDevice):
         if self.buttons is None:
             return frozenset()
         events = set()
-        for received in self.buttons.take():
-            held = frozenset(i for i, value in enumerate(received.msg.buttons) if value)
+        for _, held in self._changes.take():
             pressed = held - self._held
             self._held = held
             if self.gripper_button in pressed:
@@ -197,6 +235,11 @@ class TwistTeleop(_TopicDevice):
                 self._takeover = not self._takeover
                 events.add("toggle_takeover")
         return frozenset(events)
+
+
+def _held_buttons(received: Any) -> tuple[None, frozenset[int]]:
+    """The indices of the buttons a Joy message holds."""
+    return None, frozenset(i for i, value in enumerate(received.msg.buttons) if value)
 
 
 def _twist_values(msg: Any, stamped: bool) -> list[float]:
