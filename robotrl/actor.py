@@ -83,9 +83,13 @@ class ActorHILConfig:
     """The actor's side of `hil.*` (robotrl/hil/config.py): who takes over, and a learned reward. The
     demonstrations and the offline share belong to the learner (robotrl/runtime/learner_config.py: LearnerHILConfig)."""
 
-    operator: str = "none"  # who takes over: none | scripted (the task's expert) | keyboard | spacemouse | gamepad
+    # who takes over: none | scripted (the task's expert) | keyboard | spacemouse | gamepad | joy | twist (a pad or a
+    # SpaceMouse through joy_node or spacenav_node, over ROS 2)
+    operator: str = "none"
     on_disconnect: str = "resume"  # a teleop device that disconnects: resume (the policy acts) | stop the episode
     teleop_gain: float = 1.0  # scales the device's command before it is clipped to [-1, 1]
+    teleop_topic: str | None = None  # joy and twist: the topic (null: /joy, /spacenav/twist)
+    teleop_domain_id: int = 0  # joy and twist: the ROS 2 domain their messages come on (a robot's may differ)
     scripted: ScriptedOperatorConfig = field(default_factory=ScriptedOperatorConfig)
     reward_classifier: str | None = None  # a robotrl-train-classifier output dir: its verdict is reward and success
 
