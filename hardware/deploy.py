@@ -50,11 +50,12 @@ from omegaconf import DictConfig, OmegaConf
 from robotrl.hardware.bag_recording import BagRecorder, PolicyStepRecorder
 from robotrl.hardware.deployment import load_bundle_policy, load_deploy_spec, load_policy
 from robotrl.hardware.robot_env import RobotEnv, RobotEnvConfig, SceneResetError
+from robotrl.hardware.robot_observation import ObjectPart
 from robotrl.tasks import task_functions
 
 from robotrl.cli_errors import exits_on_error, reports_errors
 from robotrl.config import strict_object
-from robotrl.core.deploy_spec import DeploySpec, ObsEntry
+from robotrl.core.deploy_spec import DeploySpec
 from robotrl.core.env import EnvCancelled
 from robotrl.core.policy_bundle import read_manifest
 from robotrl.core.robot_spec import load_robot_spec
@@ -71,15 +72,6 @@ __all__ = [
     "make_robot_env",
     "run",
 ]
-
-# the entries a robot env gives from the joint state and its forward kinematics, by their deploy spec source
-ROBOT_STATE_KEYS = {
-    ("joint_state", "position"): "arm_qpos",
-    ("joint_state", "velocity"): "arm_qvel",
-    ("joint_state", "gripper"): "gripper",
-    ("kinematics", "tool_point"): "ee_pos",
-}
-
 
 NO_POLICY = "give the policy to deploy as run=<run dir> or as policy=<bundle dir>, one of them"
 
@@ -273,11 +265,24 @@ def _robot_env_args(
     fixed: dict[str, int] = {}  # goals to give
     unmeasured: list[str] = []
     missing: list[str] = []
+    state_keys: dict[str, str] = {}  # role -> the entry that gives it (the task's names: arm_qpos, hand_qpos, ...)
+    object_parts: dict[str, ObjectPart] = {}
+    robot = load_robot_spec(hw.robot)
     for key, entry in observations.items():
         need_object = need_goal = None
-        if entry.source in ("joint_state", "kinematics"):
-            if ROBOT_STATE_KEYS.get((entry.source, entry.of)) != key:
+        if entry.source == "joint_state" and entry.of == "gripper":
+            if key != "gripper":
                 unmeasured.append(key)
+        elif entry.source in ("joint_state", "kinematics"):
+            role = "tool_point" if entry.of == "tool_point" else entry.of
+            offered = {
+                "tool_point": robot.end_effector_site is not None,
+                "fingertips": bool(robot.fingertip_sites and robot.palm_site),
+            }.get(role, True)
+            if not offered or role in state_keys:
+                unmeasured.append(key)
+            else:
+                state_keys[role] = key
         elif entry.source == "simulation":
             unmeasured.append(key)
         elif entry.source == "goal":
@@ -287,7 +292,9 @@ def _robot_env_args(
         elif entry.source == "goal_minus_held":
             need_goal = None if entry.goal in goals else entry.goal
         elif entry.source == "object":
-            _check_object_entry(key, entry)
+            if entry.part == "from_palm" and robot.palm_site is None:
+                unmeasured.append(key)
+            object_parts[key] = ObjectPart(entry.of, entry.part, entry.goal)
             need_object = None if entry.of in hw.objects else entry.of
             need_goal = entry.goal if entry.goal is not None and entry.goal not in goals else None
         if need_object or need_goal:
@@ -307,18 +314,9 @@ def _robot_env_args(
         "held": held,
         "held_relative": held_relative,
         "goal_sampler": _goal_sampler(task_functions(spec).draw_goals, drawn) if drawn else None,
+        "state_keys": state_keys,
+        "object_parts": object_parts,
     }
-
-
-def _check_object_entry(key: str, entry: ObsEntry) -> None:
-    """A robot env names a tracked object's entries as the simulated tasks do (robot_env.object_entries)."""
-    name = {"pos": f"{entry.of}_pos", "quat": f"{entry.of}_quat", "from_ee": f"to_{entry.of}"}.get(
-        entry.part, f"{entry.of}_to_{entry.goal}"
-    )
-    if key != name:
-        raise ValueError(
-            f"observations.{key}: a robot env gives object {entry.of!r}'s {entry.part} as {name!r}, not {key!r}"
-        )
 
 
 def _how_to_give(
@@ -337,7 +335,10 @@ def _how_to_give(
             f"(a geometry_msgs/PoseStamped each, in the arm's base frame, on {topics})"
         )
     if fixed:
-        values = {key: ",".join("xyzw"[:size]) if size <= 4 else "..." for key, size in fixed.items()}
+        # four values are an orientation: a unit quaternion, w first as everywhere in robotrl
+        values = {
+            key: ",".join("xyz"[:size] if size <= 3 else "wxyz") if size <= 4 else "..." for key, size in fixed.items()
+        }
         hints.append("give " + " ".join(f"+{goal_option}.{k}=[{v}]" for k, v in values.items()))
         named_twice = sorted(set(fixed) & set(hw.objects))
         if named_twice:

@@ -69,7 +69,12 @@ import torch
 from robotrl.hardware.robot_env_config import RobotEnvConfig
 from robotrl.hardware.robot_kinematics import ASSETS, Kinematics, rotation_matrix
 from robotrl.hardware.robot_link import EStopMissingError, ResetTimeoutError, RobotLink
-from robotrl.hardware.robot_observation import ObservationAssembler, StaleObservationError, object_entries
+from robotrl.hardware.robot_observation import (
+    ObjectPart,
+    ObservationAssembler,
+    StaleObservationError,
+    object_entries,
+)
 from robotrl.hardware.scene_reset import SETTLE_DISTANCE, SceneReset, SceneResetError
 
 from robotrl.core.robot_spec import load_robot_spec
@@ -121,6 +126,8 @@ class RobotEnv(gym.Env):
         held_relative: dict[str, list[str]] | None = None,
         start_regions: dict[str, list[list[float]]] | None = None,
         goal_sampler: Callable[[dict[str, np.ndarray], torch.Generator], dict[str, np.ndarray]] | None = None,
+        state_keys: dict[str, str] | None = None,
+        object_parts: dict[str, ObjectPart] | None = None,
     ):
         cfg.validate()
         if not (isinstance(frame_stack, int) and frame_stack >= 1):
@@ -203,6 +210,8 @@ class RobotEnv(gym.Env):
             gripper_obs,
             frame_stack,
             observe,
+            state_keys,
+            object_parts,
         )
         self.observation_space = self.observations.observation_space
         self.tracked_objects = self.observations.tracked_objects
@@ -351,8 +360,9 @@ class RobotEnv(gym.Env):
             home_pose = self._tool_pose(home)
             self.pose_shield.reset(*self._tool_pose(self.link.locked_state().position.numpy()))
         while True:
-            fingers = self.spec.gripper.open if self.gripper_hold is None else self.gripper_hold
-            fingers = fingers if self.link.drives_gripper else None
+            fingers = None
+            if self.link.drives_gripper:
+                fingers = self.spec.gripper.open if self.gripper_hold is None else self.gripper_hold
             if self.pose_shield is None:
                 self.link.post(home, fingers)
             else:

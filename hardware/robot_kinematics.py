@@ -41,6 +41,16 @@ class Kinematics:
             if self.site < 0:
                 raise KeyError(f"{model_file} has no site {spec.end_effector_site!r}")
 
+    def site_positions(self, q: np.ndarray, sites: tuple[str, ...]) -> np.ndarray:
+        """[len(sites), 3] positions of the named MJCF sites at joint position q (a hand's palm and fingertips)."""
+        ids = [mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, name) for name in sites]
+        missing = [name for name, i in zip(sites, ids, strict=True) if i < 0]
+        if missing:
+            raise KeyError(f"the robot's model has no sites {missing}")
+        self.data.qpos[self.qpos] = q
+        mujoco.mj_kinematics(self.model, self.data)
+        return self.data.site_xpos[ids].copy()
+
     def pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(position [3], quaternion wxyz [4], Jacobian [6, n]) of the tool point at joint position q."""
         self.data.qpos[self.qpos] = q

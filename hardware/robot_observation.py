@@ -17,8 +17,9 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +27,9 @@ import torch
 from robotrl.hardware.robot_kinematics import Kinematics, rotation_matrix
 
 from robotrl.core.camera_crop import crop_and_resize
+from robotrl.core.deploy_spec import GOAL_PARTS
 from robotrl.core.robot_spec import RobotSpec
+from robotrl.core.rotations import quat_conjugate, quat_multiply
 from robotrl.runtime.frame_stack import fresh_stack, push_frame
 
 log = logging.getLogger(__name__)
@@ -38,18 +41,43 @@ class StaleObservationError(RuntimeError):
     """An observation was older than its age limit (on_stale=raise)."""
 
 
-def object_entries(objects: list[str], goals: dict[str, tuple[int, ...]]) -> dict[str, tuple[str, str]]:
-    """The observation entries that tracked objects give, named as the simulated tasks name them:
-    entry -> (object, what), `what` being pos, quat (w, x, y, z), from_ee (`to_<object>`: object - ee_pos) or
-    the name of a goal of at most 3 values (`<object>_to_<goal>`: goal - the object's position in its
-    dimensions; panda_push's `puck_to_goal`)."""
-    entries: dict[str, tuple[str, str]] = {}
+class ObjectPart(NamedTuple):
+    """What an observation entry takes from a tracked object's pose (robotrl/core/deploy_spec.py, OBJECT_PARTS)."""
+
+    object: str
+    part: str  # pos | quat (w, x, y, z) | from_ee | from_palm | to_goal | quat_to_goal
+    goal: str | None = None  # the goal of to_goal and quat_to_goal
+
+
+def object_entries(objects: list[str], goals: dict[str, tuple[int, ...]]) -> dict[str, ObjectPart]:
+    """The observation entries that tracked objects give by default, named as the arm tasks name them: `<object>_pos`,
+    `<object>_quat`, `to_<object>` (object - ee_pos) and, for each goal of at most 3 values, `<object>_to_<goal>`
+    (goal - the object's position in its dimensions; panda_push's `puck_to_goal`). A deploy spec names its own
+    (`object_parts`: a hand's task observes its cube from the palm)."""
+    entries: dict[str, ObjectPart] = {}
     for name in objects:
-        entries.update({f"{name}_pos": (name, "pos"), f"{name}_quat": (name, "quat"), f"to_{name}": (name, "from_ee")})
+        entries.update(
+            {
+                f"{name}_pos": ObjectPart(name, "pos"),
+                f"{name}_quat": ObjectPart(name, "quat"),
+                f"to_{name}": ObjectPart(name, "from_ee"),
+            }
+        )
         for goal, shape in goals.items():
             if len(shape) == 1 and 1 <= shape[0] <= 3:
-                entries[f"{name}_to_{goal}"] = (name, goal)
+                entries[f"{name}_to_{goal}"] = ObjectPart(name, "to_goal", goal)
     return entries
+
+
+# the keys the arm tasks give the robot's own state: role -> observation entry (a deploy spec names its own)
+ARM_STATE_KEYS = {"position": "arm_qpos", "velocity": "arm_qvel", "tool_point": "ee_pos"}
+STATE_ROLES = ("position", "velocity", "tool_point", "fingertips")
+
+
+def quat_between(goal: np.ndarray, quat: np.ndarray) -> np.ndarray:
+    """The rotation [4] from orientation `quat` to `goal` (goal * conj(quat)), in float32 as the tasks compute it."""
+    goal_t, quat_t = torch.as_tensor(goal, dtype=torch.float32), torch.as_tensor(quat, dtype=torch.float32)
+    return quat_multiply(goal_t, quat_conjugate(quat_t)).numpy()
 
 
 @dataclass
@@ -187,17 +215,27 @@ class ObservationAssembler:
         gripper_obs: bool = False,
         frame_stack: int = 1,
         observe: list[str] | None = None,
+        state_keys: Mapping[str, str] | None = None,
+        object_parts: Mapping[str, ObjectPart] | None = None,
     ):
+        """`state_keys`: role (position, velocity, tool_point, fingertips) -> the entry that gives it (None: the arm
+        tasks' names, ARM_STATE_KEYS); `object_parts`: entry -> what it takes from a tracked object (None: the arm
+        tasks' names for every object in hardware.objects, `object_entries`)."""
         self.cfg, self.spec, self.kinematics, self.stats = cfg, spec, kinematics, stats
         self.goal, self.relative_goal, self.held, self.held_relative = goal, relative_goal, held, held_relative
         self.gripper_obs, self.frame_stack = gripper_obs, frame_stack
+        self.state_keys = dict(ARM_STATE_KEYS if state_keys is None else state_keys)
+        unknown = sorted(set(self.state_keys) - set(STATE_ROLES))
+        if unknown:
+            raise ValueError(f"state_keys names roles {unknown}; the robot's state gives {list(STATE_ROLES)}")
+        if "tool_point" in self.state_keys and kinematics.site < 0:
+            self.state_keys.pop("tool_point")  # a hand on a fixed wrist has none (its entries need none)
+        if "fingertips" in self.state_keys and not (spec.fingertip_sites and spec.palm_site):
+            raise ValueError(f"the policy observes fingertips; robot {spec.name!r} names no fingertip and palm sites")
         n = len(spec.joints)
         box = gym.spaces.Box
-        spaces = {
-            "arm_qpos": box(-np.inf, np.inf, (n,), np.float32),
-            "arm_qvel": box(-np.inf, np.inf, (n,), np.float32),
-            "ee_pos": box(-np.inf, np.inf, (3,), np.float32),
-        }
+        sizes = {"position": n, "velocity": n, "tool_point": 3, "fingertips": 3 * len(spec.fingertip_sites)}
+        spaces = {key: box(-np.inf, np.inf, (sizes[role],), np.float32) for role, key in self.state_keys.items()}
         if gripper_obs:
             spaces["gripper"] = box(-np.inf, np.inf, (1,), np.float32)
         for key, value in goal.items():
@@ -208,17 +246,27 @@ class ObservationAssembler:
             if key in spaces:
                 raise ValueError(f"observation entry {key!r} is given twice (a held point and another entry)")
             spaces[key] = box(-np.inf, np.inf, (3,), np.float32)
-        # entry -> (object, what): the entries a measured object pose gives (hardware.objects)
-        entries = object_entries(cfg.objects, {k: v.shape for k, v in goal.items()})
+        # entry -> what it takes from a measured object pose (hardware.objects)
+        entries = (
+            dict(object_parts)
+            if object_parts is not None
+            else object_entries(cfg.objects, {k: v.shape for k, v in goal.items()})
+        )
         clash = sorted(set(cfg.objects) & set(goal))
         if clash:
             raise ValueError(f"{clash} named both as tracked objects (hardware.objects) and as goals")
         clash = sorted(set(entries) & set(spaces))
         if clash:
             raise ValueError(f"observation entries {clash} would come both from hardware.objects and from a goal")
-        for key, (_, what) in entries.items():
-            size = 4 if what == "quat" else 3 if what in ("pos", "from_ee") else goal[what].shape[0]
-            spaces[key] = box(-np.inf, np.inf, (size,), np.float32)
+        for key, entry in entries.items():
+            if entry.object not in cfg.objects:
+                raise ValueError(f"observation entry {key!r} reads object {entry.object!r}, not in hardware.objects")
+            if entry.part in ("from_ee", "from_palm") and (entry.part == "from_ee") != (kinematics.site >= 0):
+                raise ValueError(f"observation entry {key!r}: robot {spec.name!r} has no point for {entry.part}")
+            if entry.part in GOAL_PARTS and entry.goal not in goal:
+                raise ValueError(f"observation entry {key!r} is measured against goal {entry.goal!r}, not given")
+            size = {"quat": 4, "quat_to_goal": 4, "to_goal": goal[entry.goal].shape[0] if entry.goal in goal else 0}
+            spaces[key] = box(-np.inf, np.inf, (size.get(entry.part, 3),), np.float32)
         for name in cfg.cameras:  # frame_stack camera frames per pixel entry, oldest first (as FrameStack)
             spaces[f"pixels_{name}"] = box(0, 255, (3 * frame_stack, cfg.image_size, cfg.image_size), np.uint8)
         if observe is not None:  # the entries the policy reads (a pixel policy may read no joint state)
@@ -226,7 +274,13 @@ class ObservationAssembler:
         self.observation_space = gym.spaces.Dict(spaces)
         self.object_entries = {k: v for k, v in entries.items() if k in spaces}
         # only the objects the policy observes are listened to (and can make an observation stale)
-        self.tracked_objects = [name for name in cfg.objects if any(o == name for o, _ in self.object_entries.values())]
+        self.tracked_objects = [
+            name for name in cfg.objects if any(e.object == name for e in self.object_entries.values())
+        ]
+        # a hand's palm, fixed on its wrist: where its fingertips and objects are measured from
+        self.palm = (
+            kinematics.site_positions(spec.home.double().numpy(), (spec.palm_site,))[0] if spec.palm_site else None
+        )
         self.objects = ObjectPoses(cfg, stats)
         self.ages: list[float] = []  # joint-state age at each observation (s)
         self.state: JointReading | None = None  # the state the last observation was built from
@@ -252,13 +306,14 @@ class ObservationAssembler:
         if refused is not None:
             stale.append(f"joint_states refused by the shield ({refused})")
         q = state.position.numpy()
-        ee, ee_quat, _ = self.kinematics.pose(q)
+        ee, ee_quat = self.kinematics.pose(q)[:2] if self.kinematics.site >= 0 else (None, None)
         velocity = state.velocity.numpy() if state.velocity is not None else np.zeros(len(q))
-        obs = {
-            "arm_qpos": q.astype(np.float32),
-            "arm_qvel": velocity.astype(np.float32),
-            "ee_pos": ee.astype(np.float32),
-        }
+        roles = {"position": q, "velocity": velocity}
+        if "tool_point" in self.state_keys:
+            roles["tool_point"] = ee
+        if "fingertips" in self.state_keys:
+            roles["fingertips"] = (self.kinematics.site_positions(q, self.spec.fingertip_sites) - self.palm).reshape(-1)
+        obs = {key: roles[role].astype(np.float32) for role, key in self.state_keys.items()}
         if self.gripper_obs:
             opening = state.gripper if state.gripper is not None else math.nan
             obs["gripper"] = np.array([opening / self.spec.gripper.open], np.float32)
@@ -280,16 +335,20 @@ class ObservationAssembler:
                 stale.append(f"object {name} {problem}")
             else:
                 inputs.append((f"object {name} pose", received_at, "max_object_age", cfg.max_object_age))
-        for key, (name, what) in self.object_entries.items():
-            position, quat = positions[name]
-            if what == "pos":
+        for key, entry in self.object_entries.items():
+            position, quat = positions[entry.object]
+            if entry.part == "pos":
                 obs[key] = position.copy()  # a copy: the last good pose is kept for a stale observation
-            elif what == "quat":
+            elif entry.part == "quat":
                 obs[key] = quat.copy()
-            elif what == "from_ee":
+            elif entry.part == "from_ee":
                 obs[key] = (position - ee).astype(np.float32)
-            else:  # the goal `what` minus the object's position, in the goal's dimensions
-                goal = self.goal[what]
+            elif entry.part == "from_palm":
+                obs[key] = (position - self.palm).astype(np.float32)
+            elif entry.part == "quat_to_goal":  # the rotation still to make: goal * conj(quat), as the task
+                obs[key] = quat_between(self.goal[entry.goal], quat)
+            else:  # the goal minus the object's position, in the goal's dimensions
+                goal = self.goal[entry.goal]
                 obs[key] = (goal - position[: goal.shape[0]]).astype(np.float32)
         for name in cfg.cameras:
             received = frames.get(name)

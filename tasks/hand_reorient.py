@@ -25,6 +25,27 @@ CUBE_HALF = 0.025
 GOAL_MARKER = torch.tensor([0.4, 0.12, 0.3])
 
 
+def outcome(
+    cube_from_palm: torch.Tensor, cube_quat: torch.Tensor, goal_quat: torch.Tensor, cfg
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(reward, success, dropped) [...] with the cube at `cube_from_palm` [..., 3] from the palm centre and turned
+    `cube_quat` [..., 4], the goal `goal_quat`, under the task config `cfg` (its reward variant and thresholds)."""
+    angle = quat_angle(cube_quat, goal_quat)
+    dropped = cube_from_palm[..., 2] < -cfg.drop_height
+    success = (angle < cfg.rotation_threshold) & ~dropped
+    if cfg.reward == "sparse":
+        reward = success.float() - 1.0
+    else:  # as the IsaacGym Allegro task: inverse rotation distance, a success bonus, a drop penalty
+        reward = 0.1 / (angle + 0.1) + success.float() - 2.0 * dropped.float()
+    return reward, success, dropped
+
+
+def score_from_obs(obs: Obs, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward, success) from observation entries alone (HandReorient.score_reads), as `evaluate` gives them."""
+    reward, success, _ = outcome(obs["cube_pos"], obs["cube_quat"], obs["goal_quat"], cfg)
+    return reward, success
+
+
 class HandReorient(ArmTask):
     robot_name = "hand4"
     scene = "hand_reorient.xml"
@@ -45,13 +66,13 @@ class HandReorient(ArmTask):
 
     @classmethod
     def observation_entries(cls, robot: RobotSpec) -> dict[str, ObsEntry]:
-        # the cube relative to the palm and its turn to the goal are no tracked-object entries a robot env gives
+        # a robot env gives them from the tracked cube and the hand's forward kinematics (the palm, the fingertips)
         return {
             **cls.proprio_entries(robot),
-            "cube_pos": ObsEntry((3,), "simulation"),
-            "cube_quat": ObsEntry((4,), "simulation"),
+            "cube_pos": ObsEntry((3,), "object", of="cube", part="from_palm"),
+            "cube_quat": ObsEntry((4,), "object", of="cube", part="quat"),
             "goal_quat": ObsEntry((4,), "goal"),
-            "cube_to_goal": ObsEntry((4,), "simulation"),
+            "cube_to_goal": ObsEntry((4,), "object", of="cube", part="quat_to_goal", goal="goal_quat"),
         }
 
     @classmethod
@@ -98,11 +119,10 @@ class HandReorient(ArmTask):
 
     def evaluate(self):
         pos, quat = self.backend.body_pose("cube")
-        angle = quat_angle(quat, self.goal)
-        dropped = pos[:, 2] < self.palm_center[2] - self.cfg.drop_height
-        success = (angle < self.cfg.rotation_threshold) & ~dropped
-        if self.cfg.reward == "sparse":
-            reward = success.float() - 1.0
-        else:  # as the IsaacGym Allegro task: inverse rotation distance, a success bonus, a drop penalty
-            reward = 0.1 / (angle + 0.1) + success.float() - 2.0 * dropped.float()
+        reward, success, dropped = outcome(pos - self.palm_center, quat, self.goal, self.cfg)
         return reward, success, dropped
+
+    score_reads = ("cube_pos", "cube_quat", "goal_quat")
+
+    def score(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        return score_from_obs(obs, self.cfg)

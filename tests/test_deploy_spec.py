@@ -267,10 +267,10 @@ def test_a_spec_the_robot_config_cannot_serve_is_refused_by_entry_before_a_robot
         deploy.make_robot_env(RobotEnvConfig(gripper_controller="", objects=["cube"]), pick)
     with pytest.raises(
         ValueError,
-        match=r"a robot does not measure \['cube_pos', 'cube_quat', 'cube_to_goal', 'fingertips', 'hand_qpos', "
-        r"'hand_qvel'\]",
+        match=r"observes \['cube_pos', 'cube_quat', 'cube_to_goal', 'goal_quat'\], which the robot does not measure: "
+        r"track \['cube'\] with hardware.objects=\[cube\] .*give \+goal.goal_quat=\[w,x,y,z\]",
     ):
-        deploy.make_robot_env(RobotEnvConfig(robot="hand4"), hand)
+        deploy.make_robot_env(RobotEnvConfig(robot="hand4"), hand)  # the hand's own state it measures: not named
     # robotrl-deploy itself: refused by entry (one line) with nothing built
     run = _untrained_run(tmp_path, ["task=panda_push", *SMALL])
     with pytest.raises(ValueError, match=r"track \['puck'\] with hardware.objects=\[puck\]"):

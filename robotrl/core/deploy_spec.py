@@ -33,9 +33,12 @@ DTYPES = {"float32": torch.float32, "uint8": torch.uint8}
 
 # Where a robot gets an observation entry, and the fields each source needs:
 #   joint_state      the joint state topic; `of`: position | velocity | gripper (opening, 1 = open)
-#   kinematics       forward kinematics of the joint state; `of`: tool_point (or another point a task names)
+#   kinematics       forward kinematics of the joint state; `of`: tool_point | fingertips (a hand's, relative to its
+#                    palm: the robot spec's fingertip_sites minus its palm_site, concatenated)
 #   object           a tracked object's pose; `of`: the object, `part`: pos | quat | from_ee (object - tool
-#                    point) | to_goal (`goal` minus the object's position, in the goal's dimensions)
+#                    point) | from_palm (object - a hand's palm site) | to_goal (`goal` minus the object's position,
+#                    in the goal's dimensions) | quat_to_goal (the rotation still to make: the `goal` quaternion
+#                    times the conjugate of the object's)
 #   goal             a goal: drawn per episode when it is in `drawn_goals`, else given by the person deploying
 #   goal_minus_tool  `goal` minus the tool point
 #   held_point       a point fixed to the tool (`of`, offset in `held`), by forward kinematics
@@ -54,7 +57,9 @@ SOURCES = (
     "simulation",
 )
 JOINT_STATE = ("position", "velocity", "gripper")
-OBJECT_PARTS = ("pos", "quat", "from_ee", "to_goal")
+OBJECT_PARTS = ("pos", "quat", "from_ee", "from_palm", "to_goal", "quat_to_goal")
+GOAL_PARTS = ("to_goal", "quat_to_goal")  # the object parts measured against a goal
+KINEMATIC_POINTS = ("tool_point", "fingertips")
 _NEEDS = {  # source -> (fields that must be set, fields that must not be)
     "joint_state": ({"of"}, {"part", "goal"}),
     "kinematics": ({"of"}, {"part", "goal"}),
@@ -80,8 +85,8 @@ class ObsEntry:
     source: str
     dtype: str = "float32"
     of: str | None = None  # the joint state quantity, kinematic point, object, held point or camera
-    part: str | None = None  # object: pos | quat | from_ee | to_goal
-    goal: str | None = None  # goal_minus_tool, goal_minus_held, object to_goal: the goal it is measured against
+    part: str | None = None  # object: OBJECT_PARTS
+    goal: str | None = None  # goal_minus_tool, goal_minus_held, object GOAL_PARTS: the goal it is measured against
 
     def tensor_spec(self) -> TensorSpec:
         return TensorSpec(tuple(self.shape), DTYPES[self.dtype])
@@ -106,8 +111,12 @@ class ObsEntry:
         if self.source == "object":
             if self.part not in OBJECT_PARTS:
                 raise DeploySpecError(f"{where}.part must be one of {', '.join(OBJECT_PARTS)}, got {self.part!r}")
-            if (self.part == "to_goal") != (self.goal is not None):
-                raise DeploySpecError(f"{where}.goal names the goal of part to_goal, and only of it")
+            if (self.part in GOAL_PARTS) != (self.goal is not None):
+                raise DeploySpecError(f"{where}.goal names the goal of parts {', '.join(GOAL_PARTS)}, and only of them")
+            if self.part == "quat_to_goal" and self.shape != (4,):
+                raise DeploySpecError(f"{where}: a rotation to a goal is a quaternion [4], got {list(self.shape)}")
+        if self.source == "kinematics" and self.of not in KINEMATIC_POINTS:
+            raise DeploySpecError(f"{where}.of must be one of {', '.join(KINEMATIC_POINTS)}, got {self.of!r}")
         if (self.source == "camera") != (self.dtype == "uint8"):
             raise DeploySpecError(f"{where}: camera entries are uint8 and only they are, got {self.dtype}")
         if self.source in ("goal_minus_tool", "held_point", "goal_minus_held") and self.shape != (3,):

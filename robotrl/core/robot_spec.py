@@ -32,6 +32,10 @@ class RobotSpec:
     home: torch.Tensor
     end_effector_site: str | None  # None: no tool point (a hand on a fixed wrist)
     gripper: GripperSpec | None
+    # A hand's palm and fingertips (MJCF sites): the points its tasks observe, fingertips and objects relative to the
+    # palm, which a robot env computes by forward kinematics as the simulated task reads them from the scene
+    palm_site: str | None = None
+    fingertip_sites: tuple[str, ...] = ()
 
     def to(self, device: torch.device | str) -> RobotSpec:
         """This spec with its limit and pose vectors on `device` (a task computes beside its simulator's state)."""
@@ -88,6 +92,8 @@ def read_robot_spec(path: Path) -> RobotSpec:
         name=raw["name"],
         joints=tuple(raw["joints"]),
         end_effector_site=raw.get("end_effector_site"),
+        palm_site=raw.get("palm_site"),
+        fingertip_sites=tuple(raw.get("fingertip_sites", ())),
         gripper=GripperSpec(tuple(gripper["joints"]), gripper["open"], gripper["closed"], gripper["max_force"])
         if gripper
         else None,
