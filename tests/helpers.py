@@ -260,3 +260,25 @@ def untrained_run(run: Path, overrides: list[str], deploy_spec: bool = True) -> 
     if deploy_spec:
         write_deploy_spec_for_run(train_cfg.task, train_cfg.agent.frame_stack, run)
     return run
+
+
+class TwinThread:
+    """robotrl-sim-twin (hardware/sim_twin.py: SimTwin) running in a daemon thread for a `with` block, which gives
+    the twin; stopped, joined and closed after it. `cfg`: SimTwinConfig's other settings."""
+
+    def __init__(self, domain_id: int, rate_hz: float = 250.0, **cfg):
+        import threading
+
+        from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
+
+        self.twin = SimTwin(SimTwinConfig(rate_hz=rate_hz, domain_id=domain_id, report_interval=0, **cfg))
+        self.thread = threading.Thread(target=self.twin.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self.twin
+
+    def __exit__(self, *exc):
+        self.twin.stop()
+        self.thread.join(timeout=5)
+        self.twin.close()

@@ -4,12 +4,12 @@ joint command goes out. Peg insertion runs through it. Domain ids 160-164."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pytest
 import torch
+from helpers import TwinThread
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
@@ -17,7 +17,7 @@ from robotrl.hardware.deploy import make_robot_env
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.ros2.bridge import make_bridge
 from robotrl.hardware.ros2.msgs import Float64MultiArray, PoseStamped
-from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
+from robotrl.hardware.sim_twin import ASSETS
 from robotrl.tasks import deploy_spec_for
 from robotrl.tasks.configs import ArmTaskConfig
 from robotrl.tasks.panda_peg_insert import HOLE_HALF_WIDTH, INSERT_DEPTH, PegExpert
@@ -27,21 +27,6 @@ pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tes
 RATE = 250.0
 POSE_TOPIC = "/cartesian_impedance_controller/equilibrium_pose"
 BOX = {"workspace_min": [0.1, -0.6, 0.0], "workspace_max": [0.8, 0.6, 0.9]}
-
-
-class TwinThread:
-    def __init__(self, domain_id: int, **cfg):
-        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0, **cfg))
-        self.thread = threading.Thread(target=self.twin.run, daemon=True)
-
-    def __enter__(self) -> SimTwin:
-        self.thread.start()
-        return self.twin
-
-    def __exit__(self, *exc):
-        self.twin.stop()
-        self.thread.join(timeout=5)
-        self.twin.close()
 
 
 def impedance_hardware(domain_id: int) -> RobotEnvConfig:

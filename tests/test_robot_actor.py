@@ -10,14 +10,14 @@ import threading
 import numpy as np
 import pytest
 import torch
-from helpers import LearnerProcess, free_port, join_actor, start_actor
+from helpers import LearnerProcess, TwinThread, free_port, join_actor, start_actor
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
 from hydra import compose, initialize_config_module
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_vec_env import ActorRobotConfig, make_robot_vec_env
-from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
+from robotrl.hardware.sim_twin import ASSETS
 from robotrl.tasks.configs import ArmTaskConfig
 from robotrl.tasks.panda_reach import TARGET_HIGH, TARGET_LOW
 
@@ -30,21 +30,6 @@ pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tes
 RATE = 250.0
 REACH = ArmTaskConfig(name="panda_reach")
 SMALL_SAC = SACConfig(batch_size=32, actor_hidden=[32, 32], critic_hidden=[32, 32])
-
-
-class TwinThread:
-    def __init__(self, domain_id: int, **cfg):
-        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0, **cfg))
-        self.thread = threading.Thread(target=self.twin.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self.twin
-
-    def __exit__(self, *exc):
-        self.twin.stop()
-        self.thread.join(timeout=5)
-        self.twin.close()
 
 
 def hardware(domain_id: int) -> RobotEnvConfig:

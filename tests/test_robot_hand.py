@@ -6,7 +6,6 @@ hand_reorient policy deploys on the twin; a lost cube cuts the episode. Domain i
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -15,12 +14,12 @@ import torch
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
-from helpers import untrained_run
+from helpers import TwinThread, untrained_run
 from robotrl.hardware.deploy import DeployConfig, make_robot_env
 from robotrl.hardware.deploy import run as deploy_run
 from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_vec_env import ActorRobotConfig, make_robot_vec_env
-from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
+from robotrl.hardware.sim_twin import ASSETS, SimTwin
 from robotrl.tasks import deploy_spec_for, make_env
 from robotrl.tasks.configs import HandTaskConfig
 
@@ -29,22 +28,7 @@ pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tes
 RATE = 250.0
 HAND = HandTaskConfig(name="hand_reorient")
 GOAL = [0.7071068, 0.0, 0.0, 0.7071068]  # a quarter turn about the vertical (w, x, y, z)
-
-
-class TwinThread:
-    def __init__(self, domain_id: int, **cfg):
-        cfg = {"robot": "hand4", "model": str(ASSETS / "hand_reorient.xml"), "objects": ["cube"], **cfg}
-        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0, **cfg))
-        self.thread = threading.Thread(target=self.twin.run, daemon=True)
-
-    def __enter__(self) -> SimTwin:
-        self.thread.start()
-        return self.twin
-
-    def __exit__(self, *exc):
-        self.twin.stop()
-        self.thread.join(timeout=5)
-        self.twin.close()
+HAND_TWIN = {"robot": "hand4", "model": str(ASSETS / "hand_reorient.xml"), "objects": ["cube"]}
 
 
 def hand_hardware(domain_id: int) -> RobotEnvConfig:
@@ -84,7 +68,7 @@ def test_the_robot_env_observes_the_hand_as_the_simulated_task_does():
     kinematics from the palm, the tracked cube from the palm, the turn still to make) equals hand_reorient's own
     observation of the same state, to the precision of what travels over DDS."""
     spec = deploy_spec_for(HAND)
-    with TwinThread(180) as twin:
+    with TwinThread(180, **HAND_TWIN) as twin:
         env = make_robot_env(hand_hardware(180), spec, {"goal_quat": GOAL})
         try:
             assert dict(env.observation_space.spaces.items()).keys() == spec.observations.keys()
@@ -110,7 +94,7 @@ def test_a_hand_policy_deploys_on_the_hand_twin_through_the_shield(tmp_path):
     run = untrained_run(
         tmp_path / "run", ["task=hand_reorient", "agent.actor_hidden=[32,32]", "agent.critic_hidden=[32,32]"]
     )
-    with TwinThread(181):
+    with TwinThread(181, **HAND_TWIN):
         cfg = DeployConfig(
             run=str(run), hardware=hand_hardware(181), episodes=1, episode_steps=20, goal={"goal_quat": GOAL}
         )
@@ -123,7 +107,7 @@ def test_a_lost_cube_cuts_the_episode_and_the_task_scores_the_hand_on_a_robot():
     """hand_reorient scores itself on a robot from what it observes (the cube from the palm, its orientation, the
     goal); when the tracker stops reporting the cube the observation goes stale, no command is sent and the episode
     ends truncated."""
-    with TwinThread(182) as twin:
+    with TwinThread(182, **HAND_TWIN) as twin:
         env = make_robot_vec_env(HAND, 1, hand_hardware(182), ActorRobotConfig(goal={"goal_quat": GOAL}), False)
         try:
             assert env.reward_cfg.kind == "task" and env.has_success

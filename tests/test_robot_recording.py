@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from helpers import TwinThread
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
@@ -16,7 +17,7 @@ from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hardware.ros2.bridge import make_bridge
 from robotrl.hardware.ros2.msgs import Joy
-from robotrl.hardware.sim_twin import ASSETS, SimTwin, SimTwinConfig
+from robotrl.hardware.sim_twin import ASSETS
 from robotrl.tasks.configs import ArmTaskConfig
 from robotrl.tasks.panda_pick_cube import CUBE_HALF, LIFT_HEIGHT
 
@@ -27,21 +28,6 @@ from robotrl.record import RecordConfig, record
 pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
 RATE = 250.0
-
-
-class TwinThread:
-    def __init__(self, domain_id: int, **cfg):
-        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0, **cfg))
-        self.thread = threading.Thread(target=self.twin.run, daemon=True)
-
-    def __enter__(self) -> SimTwin:
-        self.thread.start()
-        return self.twin
-
-    def __exit__(self, *exc):
-        self.twin.stop()
-        self.thread.join(timeout=5)
-        self.twin.close()
 
 
 def hardware(domain_id: int, objects: tuple[str, ...] = ()) -> RobotEnvConfig:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from helpers import LearnerProcess, free_port, join_actor, start_actor, wait_for
+from helpers import LearnerProcess, TwinThread, free_port, join_actor, start_actor, wait_for
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
@@ -17,7 +17,6 @@ from robotrl.hardware.robot_env import RobotEnvConfig
 from robotrl.hardware.robot_vec_env import ActorRobotConfig
 from robotrl.hardware.ros2.bridge import make_bridge
 from robotrl.hardware.ros2.msgs import Joy
-from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
 from robotrl.tasks.configs import ArmTaskConfig
 
 from robotrl.actor import ActorConfig, ActorHILConfig
@@ -55,21 +54,6 @@ STICK_ACTION = torch.tensor([-0.1, 0.3, 0.0])
 JOY_PERIOD = 0.05  # joy_node repeats the held state at 20 Hz (autorepeat_rate)
 # steps a message may take to reach the actor's next poll after it is published (one step is 40 ms)
 DELIVERY_STEPS = 3
-
-
-class TwinThread:
-    def __init__(self, domain_id: int):
-        self.twin = SimTwin(SimTwinConfig(rate_hz=RATE, domain_id=domain_id, report_interval=0))
-        self.thread = threading.Thread(target=self.twin.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self.twin
-
-    def __exit__(self, *exc):
-        self.twin.stop()
-        self.thread.join(timeout=5)
-        self.twin.close()
 
 
 def hardware(domain_id: int) -> RobotEnvConfig:

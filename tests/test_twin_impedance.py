@@ -6,13 +6,12 @@ DDS on loopback (those tests are marked `dds`; ROS domain ids 150-159)."""
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 import mujoco
 import numpy as np
 import pytest
-from helpers import wait_until
+from helpers import TwinThread, wait_until
 from robotrl.hardware.robot_kinematics import ASSETS, Kinematics
 from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig, load_twin_model
 from robotrl.hardware.twin_impedance import (
@@ -305,21 +304,6 @@ def test_the_twin_switches_its_arm_between_position_and_impedance_control_behind
         twin.close()
 
 
-class TwinThread:
-    def __init__(self, domain_id: int, **cfg):
-        self.twin = SimTwin(SimTwinConfig(rate_hz=100.0, domain_id=domain_id, report_interval=0, **cfg))
-        self.thread = threading.Thread(target=self.twin.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self.twin
-
-    def __exit__(self, *exc):
-        self.twin.stop()
-        self.thread.join(timeout=5)
-        self.twin.close()
-
-
 @pytest.mark.dds
 def test_equilibrium_poses_over_dds_move_the_tool_and_a_joint_command_takes_over():
     """As a robot env would: PoseStamped equilibria at 25 Hz on the impedance topic, in the twin's frame; the tool
@@ -333,7 +317,7 @@ def test_equilibrium_poses_over_dds_move_the_tool_and_a_joint_command_takes_over
     home_position, home_quat, _ = kinematics.pose(HOME)
     target = home_position + np.array([0.05, 0.03, -0.04])
     frame = "panda_link0"
-    with TwinThread(152, frame_id=frame) as twin:
+    with TwinThread(152, rate_hz=100.0, frame_id=frame) as twin:
         client = make_bridge("dds", domain_id=152)
         try:
             states = client.subscription("/joint_states", JointState)
