@@ -149,8 +149,28 @@ def sim_success(task: str, episodes: int, seed: int) -> float:
         env.close()
 
 
-def pick_on_twin(episodes: int, domain_id: int) -> dict:
+def expert_episodes(env, expert_class, task_cfg, episodes: int, audit: SafetyAudit, done) -> tuple[int, list[int]]:
+    """(successes, steps of each success) of the task's expert fed the robot env's observation for `episodes`
+    episodes, each judged by `done()` from the twin's physics after every step; the audit runs while they do."""
     import torch
+
+    successes, steps = 0, []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=episode)
+        expert = expert_class(task_cfg.max_ee_step, 1)
+        audit.active = True
+        for step in range(task_cfg.episode_steps or 100):
+            state = {key: torch.as_tensor(obs[key]).unsqueeze(0) for key in expert_class.reads}
+            obs, *_ = env.step(expert.motion(state)[0].numpy())
+            if done():
+                successes += 1
+                steps.append(step + 1)
+                break
+        audit.active = False
+    return successes, steps
+
+
+def pick_on_twin(episodes: int, domain_id: int) -> dict:
     from robotrl.hardware.deploy import make_robot_env
     from robotrl.hardware.sim_twin import ASSETS
     from robotrl.tasks import deploy_spec_for
@@ -170,21 +190,13 @@ def pick_on_twin(episodes: int, domain_id: int) -> dict:
 
         env.link.gripper_pub = Timed()
         body, tool = twin.twin._object_bodies["cube"], twin.audit.site
-        successes, steps = 0, []
+
+        def lifted() -> bool:
+            cube, site = twin.twin.data.xpos[body], twin.twin.data.site_xpos[tool]
+            return cube[2] - CUBE_HALF >= LIFT_HEIGHT and np.linalg.norm(cube - site) < 0.03
+
         try:
-            for episode in range(episodes):
-                obs, _ = env.reset(seed=episode)
-                expert = PickExpert(pick.max_ee_step, 1)
-                twin.audit.active = True
-                for step in range(pick.episode_steps or 100):
-                    state = {key: torch.as_tensor(obs[key]).unsqueeze(0) for key in PickExpert.reads}
-                    obs, *_ = env.step(expert.motion(state)[0].numpy())
-                    cube, site = twin.twin.data.xpos[body], twin.twin.data.site_xpos[tool]
-                    if cube[2] - CUBE_HALF >= LIFT_HEIGHT and np.linalg.norm(cube - site) < 0.03:
-                        successes += 1
-                        steps.append(step + 1)
-                        break
-                twin.audit.active = False
+            successes, steps = expert_episodes(env, PickExpert, pick, episodes, twin.audit, lifted)
         finally:
             env.close()
         received = twin.gripper_received
@@ -202,7 +214,6 @@ def pick_on_twin(episodes: int, domain_id: int) -> dict:
 
 def peg_on_twin(episodes: int, domain_id: int) -> dict:
     import mujoco
-    import torch
     from robotrl.hardware.deploy import make_robot_env
     from robotrl.hardware.sim_twin import ASSETS
     from robotrl.tasks import deploy_spec_for
@@ -215,21 +226,13 @@ def peg_on_twin(episodes: int, domain_id: int) -> dict:
         cfg = hardware(domain_id, command="cartesian_pose")
         env = make_robot_env(cfg, deploy_spec_for(peg), {"hole": hole.tolist()})
         tip_site = mujoco.mj_name2id(twin.twin.model, mujoco.mjtObj.mjOBJ_SITE, "peg_tip")
-        successes, steps = 0, []
+
+        def inserted() -> bool:
+            tip = twin.twin.data.site_xpos[tip_site]
+            return hole[2] - tip[2] >= INSERT_DEPTH and np.linalg.norm(tip[:2] - hole[:2]) < HOLE_HALF_WIDTH
+
         try:
-            for episode in range(episodes):
-                obs, _ = env.reset(seed=episode)
-                expert = PegExpert(peg.max_ee_step, 1)
-                twin.audit.active = True
-                for step in range(peg.episode_steps or 100):
-                    state = {key: torch.as_tensor(obs[key]).unsqueeze(0) for key in PegExpert.reads}
-                    obs, *_ = env.step(expert.motion(state)[0].numpy())
-                    tip = twin.twin.data.site_xpos[tip_site]
-                    if hole[2] - tip[2] >= INSERT_DEPTH and np.linalg.norm(tip[:2] - hole[:2]) < HOLE_HALF_WIDTH:
-                        successes += 1
-                        steps.append(step + 1)
-                        break
-                twin.audit.active = False
+            successes, steps = expert_episodes(env, PegExpert, peg, episodes, twin.audit, inserted)
         finally:
             env.close()
         return {
