@@ -100,10 +100,10 @@ def _config_name(executable: str) -> str:
     raise AssertionError(f"{module_name} has no @hydra.main(config_name=...)")
 
 
-def test_there_are_launch_files_for_deployment_the_twin_fine_tuning_recording_grippers_and_impedance():
+def test_there_are_launch_files_for_deployment_the_twin_fine_tuning_recording_grippers_impedance_and_hands():
     names = {p.name for p in LAUNCH_FILES}
     expected = {"deploy.launch.py", "finetune.launch.py", "sim_twin.launch.py", "record.launch.py"}
-    assert expected | {"gripper.launch.py", "impedance.launch.py"} <= names, names
+    assert expected | {"gripper.launch.py", "impedance.launch.py", "hand.launch.py"} <= names, names
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
