@@ -2,7 +2,8 @@
 on loopback, as a ros2_control hand (an Allegro or LEAP hand) exposes its joints; the robot env gives
 hand_reorient's observation from joint states, the hand's forward kinematics (palm, fingertips) and the tracked cube,
 equal to what the simulated task observes in the same state; the shield covers the 16 joints; an untrained
-hand_reorient policy deploys on the twin; a lost cube cuts the episode. Domain ids 180-183."""
+hand_reorient policy deploys on the twin; a lost cube cuts the episode; an actor fine-tunes on it against a learner.
+Domain ids 180-183."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
-from helpers import TwinThread, untrained_run
+from helpers import LearnerProcess, TwinThread, free_port, join_actor, start_actor, untrained_run
 from robotrl.hardware.deploy import DeployConfig, make_robot_env
 from robotrl.hardware.deploy import run as deploy_run
 from robotrl.hardware.robot_env import RobotEnvConfig
@@ -22,6 +23,9 @@ from robotrl.hardware.robot_vec_env import ActorRobotConfig, make_robot_vec_env
 from robotrl.hardware.sim_twin import ASSETS, SimTwin
 from robotrl.tasks import deploy_spec_for, make_env
 from robotrl.tasks.configs import HandTaskConfig
+
+from robotrl.actor import ActorConfig
+from robotrl.runtime.transport.config import ConnectConfig
 
 pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
@@ -120,3 +124,44 @@ def test_a_lost_cube_cuts_the_episode_and_the_task_scores_the_hand_on_a_robot():
             assert bool(result.truncated) and env.stale_episodes == 1
         finally:
             env.close()
+
+
+def test_an_actor_fine_tunes_on_the_hand_twin_with_the_tasks_own_reward(tmp_path):
+    """robotrl-actor on the hand twin streams hand_reorient's transitions, scored by the task's own reward from the
+    robot's observation, to a robotrl-learner process over gRPC, and acts with the weights it sends back."""
+    port = free_port()
+    learner = LearnerProcess(
+        tmp_path / "learner",
+        port,
+        base=[
+            "task=hand_reorient",
+            "agent.batch_size=32",
+            "agent.actor_hidden=[32,32]",
+            "agent.critic_hidden=[32,32]",
+            "learning_starts=20",
+            "weights_every=10",
+            "log_interval=50",
+            "replay_capacity=5000",
+        ],
+    )
+    try:
+        with TwinThread(183, **HAND_TWIN):
+            link = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
+            cfg = ActorConfig(
+                task=HAND,
+                learner=link,
+                actor_id="hand",
+                total_steps=60,
+                batch_steps=10,
+                connect_timeout_s=60.0,
+                hardware=hand_hardware(183),
+                robot=ActorRobotConfig(goal={"goal_quat": GOAL}),
+            )
+            _, _, thread, result = start_actor(cfg, run_dir=tmp_path / "actor")
+            summary = join_actor(thread, result, timeout=120)
+        assert summary["env_steps"] == summary["acked_env_steps"] == 60 and summary["dropped_env_steps"] == 0
+        assert summary["weights_loaded"] >= 1  # the policy acting on the hand came from the learner
+        status = learner.status()
+        assert status["streams"]["hand"]["transitions"] == 60 and status["updates"] > 0
+    finally:
+        assert learner.stop() == 0, learner.output()
