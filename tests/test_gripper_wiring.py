@@ -208,7 +208,7 @@ def test_gripper_settings_are_checked_by_key_and_every_hardware_config_lists_the
 
     keys = {f.name for f in fields(RobotEnvConfig)}
     settings = {f.name for f in fields(GripperActionSettings)}
-    assert [Path(p).name for p in HARDWARE_CONFIGS] == ["panda.yaml", "sim_twin.yaml"]
+    assert [Path(p).name for p in HARDWARE_CONFIGS] == ["hand_twin.yaml", "panda.yaml", "sim_twin.yaml"]
     for path in HARDWARE_CONFIGS:
         values = yaml.safe_load(path.read_text())
         assert set(values) == keys, (path.name, sorted(set(values) ^ keys))

@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
-from helpers import LearnerProcess, TwinThread, free_port, join_actor, start_actor, untrained_run
+from helpers import REPO, LearnerProcess, TwinThread, free_port, join_actor, start_actor, untrained_run
 from robotrl.hardware.deploy import DeployConfig, make_robot_env
 from robotrl.hardware.deploy import run as deploy_run
 from robotrl.hardware.robot_env import RobotEnvConfig
@@ -90,18 +90,24 @@ def test_the_robot_env_observes_the_hand_as_the_simulated_task_does():
 
 
 def test_a_hand_policy_deploys_on_the_hand_twin_through_the_shield(tmp_path):
-    """robotrl-deploy of an untrained hand_reorient policy (16 joint deltas) on the hand twin: an episode runs at
-    the policy rate through the shield, the cube tracked, no observation stale."""
+    """robotrl-deploy of an untrained hand_reorient policy (16 joint deltas) on the hand twin with
+    configs/hardware/hand_twin.yaml: an episode runs at the policy rate through the shield, the cube tracked, no
+    observation stale."""
     from robotrl.config import register_configs
 
     register_configs()  # the task schemas the run's config composes against
     run = untrained_run(
         tmp_path / "run", ["task=hand_reorient", "agent.actor_hidden=[32,32]", "agent.critic_hidden=[32,32]"]
     )
+    from omegaconf import OmegaConf
+
+    from robotrl.config import strict_object
+
+    # configs/hardware/hand_twin.yaml as a user gets it (hardware=hand_twin), on this test's domain and rate
+    hardware = strict_object(RobotEnvConfig, OmegaConf.load(REPO / "configs" / "hardware" / "hand_twin.yaml"))
+    hardware.domain_id, hardware.control_rate_hz = 181, RATE
     with TwinThread(181, **HAND_TWIN):
-        cfg = DeployConfig(
-            run=str(run), hardware=hand_hardware(181), episodes=1, episode_steps=20, goal={"goal_quat": GOAL}
-        )
+        cfg = DeployConfig(run=str(run), hardware=hardware, episodes=1, episode_steps=20, goal={"goal_quat": GOAL})
         summary = deploy_run(cfg)
     assert summary["steps"] == 20 and summary["policy_errors"] == 0 and summary["commands"] > 0, summary
     assert "stale_observations" not in summary and "late_actions" not in summary, summary  # counted when they occur
