@@ -161,15 +161,13 @@ def twin_success(run_dir: Path, episodes: int, seed: int, domain: int) -> float:
     return lifted / episodes
 
 
-def pixel_camera_shift(root: Path, steps: int, episodes: int, seed: int) -> dict:
-    """Two pixel policies, with and without randomization (the same seed and steps, trained side by side, one thread
-    each), each evaluated on the same seeded episodes at the nominal camera and with it shifted (SHIFT_M, SHIFT_RAD)."""
-    from robotrl.sim2real.sensing import SensingConfig
-
-    common = [
+def run_overrides(seed: int, steps: int, learning_starts: int) -> list[str]:
+    """What every training run of the suite shares: its length, one checkpoint and evaluation at the end, one
+    thread (the runs train side by side), no progress bar or video."""
+    return [
         f"seed={seed}",
         f"total_steps={steps}",
-        f"learning_starts={min(1000, steps // 2)}",
+        f"learning_starts={learning_starts}",
         f"eval_interval={steps}",
         "eval_episodes=3",
         f"checkpoint_interval={steps}",
@@ -177,6 +175,14 @@ def pixel_camera_shift(root: Path, steps: int, episodes: int, seed: int) -> dict
         "video=false",
         "threads=1",
     ]
+
+
+def pixel_camera_shift(root: Path, steps: int, episodes: int, seed: int) -> dict:
+    """Two pixel policies, with and without randomization (the same seed and steps, trained side by side, one thread
+    each), each evaluated on the same seeded episodes at the nominal camera and with it shifted (SHIFT_M, SHIFT_RAD)."""
+    from robotrl.sim2real.sensing import SensingConfig
+
+    common = run_overrides(seed, steps, learning_starts=min(1000, steps // 2))
     runs = {"dr": [*PIXEL_TASK, *common, "randomization=default"], "nodr": [*PIXEL_TASK, *common]}
     for name, overrides in runs.items():
         train_config(overrides, f"the pixel {name} run")
@@ -206,17 +212,7 @@ def main() -> None:
     args = parse_args(__doc__, extra_args, overrides=True)
     steps = args.steps or (2_000 if args.quick else 50_000)
     episodes = args.episodes or (2 if args.quick else 20)
-    common = [
-        f"seed={args.seed}",
-        f"total_steps={steps}",
-        "learning_starts=1000",
-        f"eval_interval={steps}",
-        "eval_episodes=3",
-        f"checkpoint_interval={steps}",
-        "progress=false",
-        "video=false",
-        "threads=1",
-    ]
+    common = run_overrides(args.seed, steps, learning_starts=1000)
     pixel_steps = args.pixel_steps or (600 if args.quick else 15_000)
     if args.pixel_only:
         with tempfile.TemporaryDirectory(prefix="sim2real_transfer_") as tmp:
