@@ -221,7 +221,16 @@ class RobotEnv(gym.Env):
         self.scene = SceneReset(
             cfg, self.tracked_objects, self.goal, self._scene_pose, start_regions, goal_sampler, self._request_scene
         )
-        self.link = RobotLink(cfg, self.spec, self.shield, self.stats, self.tracked_objects, bridge, self._tool_pose)
+        # the control thread computes the e-stop's hold pose with a model of its own: MuJoCo's data is not shared
+        # between threads, and the policy thread may be solving a pose in this one at that moment
+        hold_pose = None
+        if cfg.command == "cartesian_pose":
+            hold_kinematics = Kinematics(model_file, self.spec)
+
+            def hold_pose(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                return hold_kinematics.pose(q)[:2]
+
+        self.link = RobotLink(cfg, self.spec, self.shield, self.stats, self.tracked_objects, bridge, hold_pose)
 
         self._last_obs: dict[str, np.ndarray] | None = None
         self._last_target = np.zeros(self.n)

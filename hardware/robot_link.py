@@ -94,7 +94,8 @@ class RobotLink:
         bridge: Any | None = None,
         tool_pose: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
     ):
-        """`tool_pose(q) -> (position, quaternion wxyz)`: forward kinematics, needed with command=cartesian_pose."""
+        """`tool_pose(q) -> (position, quaternion wxyz)`: forward kinematics for the e-stop's hold pose, needed with
+        command=cartesian_pose; called on the control thread, so it must not share state with the policy thread's."""
         self.cfg, self.spec, self.shield, self.stats = cfg, spec, shield, stats
         self.pose_mode = cfg.command == "cartesian_pose"
         if self.pose_mode and tool_pose is None:
@@ -313,7 +314,9 @@ class RobotLink:
             hold_pose = self.pose_mode and self.shield.latched == "estop" and not self._pose_held
             if hold_pose:
                 self._pose_held = True
-                self._send_pose(*self.tool_pose(state.position.numpy()))
+                position, quat = self.tool_pose(state.position.numpy())
+                if np.isfinite(position).all() and np.isfinite(quat).all():  # else the controller keeps the last one
+                    self._send_pose(position, quat)
         # lazy: the message types need cyclonedds (the ros extra); cached after the first period
         from robotrl.hardware.ros2.tensors import float64_multi_array
 
