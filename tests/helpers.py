@@ -282,3 +282,24 @@ class TwinThread:
         self.twin.stop()
         self.thread.join(timeout=5)
         self.twin.close()
+
+
+def small_learner_args(task: str, learning_starts: int = 30) -> list[str]:
+    """robotrl-learner overrides for a robot test: `task`, tiny networks, weights sent every 10 updates."""
+    return [
+        f"task={task}",
+        "agent.batch_size=32",
+        "agent.actor_hidden=[32,32]",
+        "agent.critic_hidden=[32,32]",
+        f"learning_starts={learning_starts}",
+        "weights_every=10",
+        "log_interval=50",
+        "replay_capacity=5000",
+    ]
+
+
+def quick_link(port: int):
+    """An actor's connection to a learner on this machine that notices a gap within a fraction of a second."""
+    from robotrl.runtime.transport.config import ConnectConfig
+
+    return ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)

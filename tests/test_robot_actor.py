@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from helpers import LearnerProcess, TwinThread, free_port, join_actor, start_actor
+from helpers import LearnerProcess, TwinThread, free_port, join_actor, quick_link, small_learner_args, start_actor
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
@@ -23,7 +23,6 @@ from robotrl.tasks.panda_reach import TARGET_HIGH, TARGET_LOW
 
 from robotrl.actor import ActorConfig, to_actor_config
 from robotrl.agents.sac import SACConfig
-from robotrl.runtime.transport.config import ConnectConfig
 
 pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
@@ -301,20 +300,11 @@ def test_an_actor_on_the_twin_streams_scored_transitions_to_a_learner_and_takes_
     learner = LearnerProcess(
         tmp_path / "learner",
         port,
-        base=[
-            "task=panda_reach",
-            "agent.batch_size=32",
-            "agent.actor_hidden=[32,32]",
-            "agent.critic_hidden=[32,32]",
-            "learning_starts=30",
-            "weights_every=10",
-            "log_interval=50",
-            "replay_capacity=5000",
-        ],
+        base=small_learner_args("panda_reach"),
     )
     try:
         with TwinThread(194):
-            link = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
+            link = quick_link(port)
             cfg = ActorConfig(
                 task=REACH,
                 learner=link,

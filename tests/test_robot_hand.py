@@ -15,7 +15,17 @@ import torch
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
-from helpers import REPO, LearnerProcess, TwinThread, free_port, join_actor, start_actor, untrained_run
+from helpers import (
+    REPO,
+    LearnerProcess,
+    TwinThread,
+    free_port,
+    join_actor,
+    quick_link,
+    small_learner_args,
+    start_actor,
+    untrained_run,
+)
 from robotrl.hardware.deploy import DeployConfig, make_robot_env
 from robotrl.hardware.deploy import run as deploy_run
 from robotrl.hardware.robot_env import RobotEnvConfig
@@ -25,7 +35,6 @@ from robotrl.tasks import deploy_spec_for, make_env
 from robotrl.tasks.configs import HandTaskConfig
 
 from robotrl.actor import ActorConfig
-from robotrl.runtime.transport.config import ConnectConfig
 
 pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
@@ -139,20 +148,11 @@ def test_an_actor_fine_tunes_on_the_hand_twin_with_the_tasks_own_reward(tmp_path
     learner = LearnerProcess(
         tmp_path / "learner",
         port,
-        base=[
-            "task=hand_reorient",
-            "agent.batch_size=32",
-            "agent.actor_hidden=[32,32]",
-            "agent.critic_hidden=[32,32]",
-            "learning_starts=20",
-            "weights_every=10",
-            "log_interval=50",
-            "replay_capacity=5000",
-        ],
+        base=small_learner_args("hand_reorient", learning_starts=20),
     )
     try:
         with TwinThread(183, **HAND_TWIN):
-            link = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
+            link = quick_link(port)
             cfg = ActorConfig(
                 task=HAND,
                 learner=link,

@@ -8,7 +8,16 @@ import time
 
 import pytest
 import torch
-from helpers import LearnerProcess, TwinThread, free_port, join_actor, start_actor, wait_for
+from helpers import (
+    LearnerProcess,
+    TwinThread,
+    free_port,
+    join_actor,
+    quick_link,
+    small_learner_args,
+    start_actor,
+    wait_for,
+)
 
 pytest.importorskip("cyclonedds", reason='needs the ros extra: pip install "robotrl[ros]"')
 
@@ -22,7 +31,6 @@ from robotrl.tasks.configs import ArmTaskConfig
 from robotrl.actor import ActorConfig, ActorHILConfig
 from robotrl.learner import Learner
 from robotrl.runtime.learner_config import to_learner_config
-from robotrl.runtime.transport.config import ConnectConfig
 
 pytestmark = pytest.mark.dds  # on DDS: runs alone after the parallel tests (tests/conftest.py)
 
@@ -31,17 +39,7 @@ RATE = 250.0
 REACH = ArmTaskConfig(name="panda_reach")  # acts in the robot's base axes (no relative_frame): a pad's as they are
 EPISODE_STEPS = 50  # panda_reach's
 TOTAL_STEPS = 90
-LEARNER_ARGS = [
-    "task=panda_reach",
-    "agent.batch_size=32",
-    "agent.actor_hidden=[32,32]",
-    "agent.critic_hidden=[32,32]",
-    "learning_starts=30",
-    "weights_every=10",
-    "log_interval=50",
-    "replay_capacity=5000",
-    "hil.offline_capacity=1000",
-]
+LEARNER_ARGS = [*small_learner_args("panda_reach"), "hil.offline_capacity=1000"]
 
 # joy_node's Xbox layout: sticks left/up positive, triggers 1 released .. -1 pressed; B is button 1
 REST = [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
@@ -118,7 +116,7 @@ def test_a_person_takes_over_the_arm_with_a_pad_and_the_learner_keeps_the_takeov
     try:
         with TwinThread(ROBOT_DOMAIN), make_bridge("dds", domain_id=PAD_DOMAIN) as person_side:
             pad = person_side.publisher("/joy", Joy, "sensor_data")
-            link = ConnectConfig(address=f"127.0.0.1:{port}", heartbeat_s=0.2, backoff_min_s=0.05, backoff_max_s=0.3)
+            link = quick_link(port)
             cfg = ActorConfig(
                 task=REACH,
                 learner=link,
