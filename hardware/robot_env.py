@@ -98,6 +98,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONTROLS = ("ee_delta", "joint_delta", "joint_position")
+# m inside the shield's workspace box (its margin included) where an ee_delta target is clamped (_joint_targets)
+BOX_SLACK = 0.005
 
 
 class RobotEnv(gym.Env):
@@ -276,10 +278,19 @@ class RobotEnv(gym.Env):
         elif self.control == "joint_delta":
             target = self._last_target + arm * self.max_joint_step
         else:
-            _, quat, jac = self.kinematics.pose(q)
+            position, quat, jac = self.kinematics.pose(q)
+            step = self._action_frame @ (arm * self.max_ee_step)
+            if self.shield.box is not None:
+                # the tool's target is kept in the shield's box axis by axis, as SERL clips its Cartesian target
+                # to a safety box: the shield cuts a move that would leave the box along its whole joint-space
+                # segment, so a step pressing into the box's floor lost its sideways part too (pick on the twin:
+                # the tool stalled at the floor 3 cm beside the cube while the policy pushed down and across).
+                # The slack leaves room for the tool's path between two targets on a face: a joint-space move
+                # bows out of the straight line, and the shield cuts one whose path leaves the box by any amount
+                step = self.shield.box.clamp_inside(position + step, BOX_SLACK) - position
             error = np.concatenate(
                 [
-                    self._action_frame @ (arm * self.max_ee_step),
+                    step,
                     rotation_error(
                         torch.tensor(self._target_quat, dtype=torch.float32)[None],
                         torch.tensor(quat, dtype=torch.float32)[None],

@@ -2,9 +2,10 @@
 reset reaches home through the shield, a stale joint-state topic makes the env hold and report, a killed
 twin makes the shield brake within two periods, camera frames become pixel observations, NaN and
 out-of-range actions never reach the command topic, every e-stop press latches (short ones, latched and
-default-QoS publishers), relative_frame actions move the tool as in simulation, a tracked object's pose gives
+default-QoS publishers), relative_frame actions move the tool as in simulation, a step pressing into the
+workspace box's floor slides along it, a tracked object's pose gives
 a task's object entries (and one missing, old or not a pose is never acted on). Each test has its own ROS 2
-domain id (181-185, 188, 191, 192, 196, 200-207, 210, 211, 218)."""
+domain id (181-185, 188, 191, 192, 196, 200-207, 210, 211, 218, 219, 232)."""
 
 import math
 import subprocess
@@ -910,3 +911,27 @@ def test_require_estop_publisher_needs_a_topic():
     with pytest.raises(ValueError, match=r"require_estop_publisher is true but hardware\.estop_topic is empty"):
         RobotEnvConfig(estop_topic="").validate()
     RobotEnvConfig(estop_topic="", require_estop_publisher=False).validate()
+
+
+def test_a_step_into_the_boxs_floor_keeps_its_sideways_part():
+    """An ee_delta step pressing down into the workspace box's floor and sideways: the tool's target is clamped to
+    the box axis by axis, so the tool slides along the floor instead of stalling where the shield would cut the
+    whole move (a policy trained over a table pushes into it while it centres on an object)."""
+    from robotrl.hardware.robot_kinematics import Kinematics
+
+    home_tool, _, _ = Kinematics(ASSETS / "panda.xml", SPEC).pose(SPEC.home.double().numpy())
+    floor = float(home_tool[2]) - 0.04  # the margin (0.02) and the clamp's slack leave the tool 1.5 cm to go down
+    shield = {"workspace_min": [0.1, -0.6, floor], "workspace_max": [0.8, 0.6, 0.9], "hold_after": HOLD_AFTER}
+    with twin_running(232):
+        env = _env(232, control="ee_delta", cfg={"shield": shield})
+        try:
+            obs, _ = env.reset()
+            start = obs["ee_pos"].copy()
+            for _ in range(15):
+                obs, *_ = env.step(np.array([0.0, 1.0, -1.0], np.float32))
+            moved = obs["ee_pos"] - start
+        finally:
+            env.close()
+    assert moved[2] < -0.012 and obs["ee_pos"][2] > floor + 0.015, moved  # down to the floor, not through it
+    # and on along it as fast as a step sideways alone goes (0.14 m; with the whole move cut, 0.02)
+    assert moved[1] > 0.1, moved

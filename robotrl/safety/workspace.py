@@ -33,6 +33,12 @@ class WorkspaceBox:
     def contains(self, point: torch.Tensor, margin: float | None = None) -> torch.Tensor:
         return self.distance_outside(point, margin) == 0
 
+    def clamp_inside(self, point: np.ndarray, slack: float = 0.0) -> np.ndarray:
+        """`point` [..., 3] moved, axis by axis, into the box shrunk by its margin (where the shield accepts
+        targets) and `slack` more: a Cartesian step that would leave the box keeps its parts along the faces it
+        does not cross."""
+        return np.clip(point, self._lower_inner + slack, self._upper_inner - slack)
+
     def max_distance_outside(self, points: np.ndarray, margin: float | None = None) -> float:
         """The largest `distance_outside` (default: own margin) over points [N, 3], in numpy (the per-step
         checks)."""
