@@ -15,8 +15,9 @@ the value, the share whose interval holds the truth; goal 1.0), `heldout_error_r
 RMS joint error over the fitted one's; goal >= 5), `fit_s` (goal <= 180 on 2 cores). The twin runs in real time
 in Python and simulates a period it was late for at once (up to max_catch_up_periods); `twin_missed` (periods beyond
 that, which leave its physics behind the wall clock the recording is stamped with) and the shield's corrections are
-reported beside the figures. --quick: 6 s of excitation, 10
-iterations. OVERRIDEs are robotrl-sysid's Hydra overrides (e.g. amplitude=0.15).
+reported beside the figures. --quick: 6 s of excitation, 10 iterations. `--keep DIR` keeps the recording and the
+fit (refit with `robotrl-sysid bag=DIR/excitation`). OVERRIDEs are robotrl-sysid's Hydra overrides (e.g.
+amplitude=0.15).
 """
 
 from __future__ import annotations
@@ -101,6 +102,12 @@ def main() -> None:
         p.add_argument("--duration", type=float, default=30.0, help="seconds of excitation")
         p.add_argument("--twin-rate", type=float, default=500.0, help="the twin's control rate (Hz)")
         p.add_argument("--domain", type=int, default=91, help="the DDS domain the twin and robotrl-sysid share")
+        p.add_argument(
+            "--keep",
+            default=None,
+            help="a new directory to keep the recording and the fit in (refit "
+            "with robotrl-sysid bag=<keep>/excitation)",
+        )
 
     args = parse_args(__doc__, extra, overrides=True)
     duration, iterations = (6.0, 10) if args.quick else (args.duration, 30)
@@ -115,8 +122,10 @@ def main() -> None:
     # the twin's hardware config as a user gets it (its shield settings included), on the bench's domain
     hardware = strict_object(RobotEnvConfig, OmegaConf.load(REPO / "configs" / "hardware" / "sim_twin.yaml"))
     hardware.domain_id = args.domain
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(args.keep or scratch)
+        if args.keep:
+            tmp.mkdir(parents=True, exist_ok=False)
         cfg = SysidConfig(hardware=hardware, out=str(tmp / "sysid"), duration=duration, max_iters=iterations)
         cfg = _with_overrides(cfg, args.overrides)
         truth = tmp / "truth.yaml"
