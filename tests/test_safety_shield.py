@@ -459,6 +459,33 @@ def test_watchdog_holds_then_stops_and_needs_a_fresh_state_and_reset():
     assert shield.counts["stale_hold"] > 0 and shield.counts["stale_stop"] > 0
 
 
+def test_a_stale_state_hold_pauses_the_move_and_a_fresh_state_resumes_it():
+    """A few late joint states brake the move; the next fresh one resumes it toward the command in force, with no
+    new command. A command given during the pause is dropped (computed from stale data); a command timeout, a
+    stop or an e-stop ends the pause for good."""
+    goal = HOME + 0.3
+    shield = make_shield(hold_after=0.004, stop_after=0.5, command_timeout=10.0)
+    drive(shield, [goal] + [None] * 30)
+    stamp, position = 0.031, shield._output.clone()
+    for i in range(1, 30):  # the state stops coming: a hold after 4 ms; a command given meanwhile is dropped
+        now = stamp + i * DT
+        out = shield.filter(HOME - 0.3 if i == 10 else None, position, stamp, now)
+        position = out.target
+    assert out.mode == "hold" and shield.counts["stale_hold"] > 0
+    braked = drive(shield, [None] * 3, start=stamp + 29 * DT)  # fresh again: moving toward the goal once more
+    assert ((braked[-1] - braked[0]) * (goal - HOME)).sum() > 0
+    resumed = drive(shield, [None] * 2000, start=stamp + 32 * DT)
+    torch.testing.assert_close(resumed[-1], goal, atol=1e-6, rtol=0)
+
+    timed_out = make_shield(hold_after=0.004, stop_after=0.5, command_timeout=0.05)
+    drive(timed_out, [goal] + [None] * 30)
+    for i in range(1, 30):
+        out = timed_out.filter(None, timed_out._output, stamp, stamp + i * DT)
+    after = drive(timed_out, [None] * 2000, start=stamp + 29 * DT)
+    assert (after[-1] - goal).abs().max() > 0.05  # the timeout came first: it stays where the brake left it
+    assert timed_out.counts["command_timeout"] > 0
+
+
 @pytest.mark.parametrize("stamp", [None, float("nan"), 1.7e9])  # missing, broken, from another clock
 def test_unusable_stamps_stop(stamp):
     shield = make_shield()
