@@ -22,7 +22,8 @@ three axes, `randomization=fixed`); `pixel_*` beside it: both pixel policies' no
 (docs/benchmarks.md): retention >= 0.90 with randomization and at least 15 points lower without, nominal success
 within 5 points, Genesis >= 0.95, twin >= 0.9, the pixel policy >= 0.8 under the shift. --quick: 2,000 training
 steps (pixels: 600) and 2 episodes a setting, the same keys (figures meaningless, the pipeline checked).
-`--pixel-only` runs the pixel part alone (a line marked "part").
+`--pixel-only` runs the pixel part alone (a line marked "part"); `--twin-run DIR` the twin part alone, for a run of
+the recipe with randomization trained before (its nominal simulated success and twin_ratio, a "part" line).
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ def extra_args(parser) -> None:
     parser.add_argument("--domain", type=int, default=93, help="the DDS domain of the twin evaluation (loopback)")
     parser.add_argument("--pixel-only", action="store_true", help="only the pixel policies and the camera shift")
     parser.add_argument("--pixel-steps", type=int, default=None, help="env steps of each pixel run (15,000; quick 600)")
+    parser.add_argument(
+        "--twin-run",
+        type=Path,
+        default=None,
+        help="only the twin part, for a run of the suite's recipe trained before: its nominal success and twin_ratio",
+    )
 
 
 def fixed(**values):
@@ -204,6 +211,13 @@ def pixel_camera_shift(root: Path, steps: int, episodes: int, seed: int) -> dict
     return figures
 
 
+def _checkpoint(run_dir: Path) -> str:
+    """The name of the checkpoint a run's evaluation loads (its latest: step_<env steps>)."""
+    from robotrl.runtime.checkpoint import latest_checkpoint
+
+    return latest_checkpoint(run_dir / "checkpoints").name
+
+
 def _near(setpoint, home, tolerance: float = 0.02) -> bool:
     return setpoint is not None and float(abs(setpoint - home).max()) < tolerance
 
@@ -214,6 +228,21 @@ def main() -> None:
     episodes = args.episodes or (2 if args.quick else 20)
     common = run_overrides(args.seed, steps, learning_starts=1000)
     pixel_steps = args.pixel_steps or (600 if args.quick else 15_000)
+    if args.twin_run is not None:
+        with tempfile.TemporaryDirectory(prefix="sim2real_transfer_") as tmp:
+            seed = 555_000 + args.seed  # the episodes of the whole suite's nominal and twin figures
+            nominal = evaluate_run(args.twin_run, settings()["nominal"], episodes, seed, Path(tmp))
+            twin = twin_success(args.twin_run, episodes, seed, args.domain)
+        figures = {
+            "nominal_success_dr": nominal,
+            "twin_success": twin,
+            "twin_ratio": round(twin / nominal, 4) if nominal else None,
+            "episodes": episodes,
+            "seed": args.seed,
+            "part": f"twin only (--twin-run), checkpoint {_checkpoint(args.twin_run)}",
+        }
+        emit("sim2real_transfer", figures, args.save)
+        return
     if args.pixel_only:
         with tempfile.TemporaryDirectory(prefix="sim2real_transfer_") as tmp:
             figures = pixel_camera_shift(Path(tmp), pixel_steps, episodes, args.seed)
