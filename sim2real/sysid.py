@@ -103,11 +103,13 @@ class Fit:
     nominal: dict[str, float]
     half_width: dict[str, float]  # of the 95% confidence interval
     identifiable: dict[str, bool]  # False: the interval is too wide, or the parameter moves with another one
-    # False: the data does not constrain it even jointly with the others (an infinite interval, or it moves in
-    # lockstep with another parameter): left at nominal. A parameter that is observable but not identifiable
-    # (a wide interval: armature and damping trade off against each other) is written all the same, since the
-    # fit's combination is what reproduces the robot: writing only the 10-11 identified of 29 left the held-out
-    # error ratio at 1.8-1.9, against 5.8 for the whole fit (bench/sysid.py on the twin, 2026-11-28)
+    # False: the data does not constrain it even jointly with the others (an infinite interval): left at nominal.
+    # A parameter that is observable but not identifiable (a wide interval: armature and damping trade off
+    # against each other; or one moving in lockstep with another) is written all the same, since the fit's
+    # combination is what reproduces the robot: writing only the 10-11 identified of 29 left the held-out error
+    # ratio at 1.8-1.9, against 5.8 for the whole fit (bench/sysid.py on the twin, 2026-11-28), and leaving the
+    # two stiffnesses in lockstep with other parameters at nominal (25% off, each fitted within 4.3%) gave 3.1 where
+    # the same fit with them gave 43.7 (2026-11-29, one recording)
     observable: dict[str, bool]
     rms_residual: float  # rad
     seconds: float
@@ -332,8 +334,8 @@ def fit(spec, recording: Recording, unknowns: list[Unknown], max_iters: int = 40
         unknown = next(u for u in unknowns if u.name == name)
         scale = max(abs(result.x[i]), abs(nominal[name]), 0.05 * (unknown.high - unknown.low))
         others = np.abs(np.delete(correlation[i], i)) if len(names) > 1 else np.zeros(0)
-        observable[name] = bool(np.isfinite(half[i]) and not (others > 0.999).any())
-        identifiable[name] = observable[name] and bool(half[i] <= 0.5 * scale)
+        observable[name] = bool(np.isfinite(half[i]))
+        identifiable[name] = observable[name] and not (others > 0.999).any() and bool(half[i] <= 0.5 * scale)
     return Fit(
         values={name: float(result.x[i]) for i, name in enumerate(names)},
         nominal=nominal,
