@@ -104,7 +104,7 @@ class ActorConfig:
     actor_id: str = "actor0"  # one per actor process feeding the same learner
     num_envs: int = 1
     seed: int = 1  # with actor_id (actor_seed): actors started with the same seed still explore differently
-    backend: str | None = None  # mujoco | genesis: the simulator, over task.backend (as robotrl-train)
+    backend: str | None = None  # mujoco | genesis | mujoco_warp: the simulator, over task.backend (as robotrl-train)
     device: str = "cpu"  # where the policy runs
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     batch_steps: int = 50  # env steps per pushed batch (each of num_envs transitions)

@@ -61,8 +61,8 @@ class TrainConfig:
     total_steps: int = 100_000
     learning_starts: int = 5_000  # uniform random actions before the first update
     num_envs: int = 1
-    # The simulator of a built-in task: mujoco | genesis. Given, it wins over `task.backend` (and sets it);
-    # null (the default) keeps `task.backend` (mujoco unless the task config says otherwise).
+    # The simulator of a built-in task: mujoco | genesis | mujoco_warp. Given, it wins over `task.backend` (and sets
+    # it); null (the default) keeps `task.backend` (mujoco unless the task config says otherwise).
     backend: str | None = None
     replay_capacity: int = 1_000_000
     # Hindsight relabelling (HER's "future" goals): the share of sampled transitions or sequences that ask
@@ -169,7 +169,7 @@ class EvalConfig:
     video: bool = True
     deterministic: bool = True
     device: str = "auto"
-    backend: str | None = None  # mujoco | genesis: evaluate on this simulator; null: the run's own
+    backend: str | None = None  # mujoco | genesis | mujoco_warp: evaluate on this simulator; null: the run's own
     # Evaluate under changed physics, actuators or sensors (docs/sim2real.md), drawn from `seed`: a preset
     # (randomization=default), or one fixed corner, e.g. +randomization.terms.heavy={param:body_mass,target:object,
     # low:1.3,high:1.3}; actuation.latency_min=10 actuation.latency_max=10 for 20 ms of command latency

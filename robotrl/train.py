@@ -4,6 +4,7 @@ robotrl-train agent=sac task=gym task.env_id=HalfCheetah-v5 seed=1 total_steps=1
 robotrl-train -m seed=1,2,3                       # a sweep, one run directory each
 robotrl-train resume=runs/.../<run> [total_steps=...]   # continue a run where it stopped
 robotrl-train backend=genesis num_envs=64 task=panda_reach   # a built-in task on Genesis, 64 envs batched
+robotrl-train backend=mujoco_warp num_envs=4096 task=panda_reach   # on MuJoCo Warp (a GPU), 4096 envs batched
 """
 
 from __future__ import annotations

@@ -55,6 +55,10 @@ def make_backend(
         from robotrl.tasks.genesis_backend import GenesisBackend  # lazy: the optional extra genesis
 
         return GenesisBackend(xml, num_envs, pixels=pixels, physics_dt=physics_dt)
+    if kind == "mujoco_warp":
+        from robotrl.tasks.warp_backend import MujocoWarpBackend  # lazy: the optional extra warp
+
+        return MujocoWarpBackend(xml, num_envs, physics_dt=physics_dt)
     raise AssertionError(kind)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-BACKENDS = ("mujoco", "genesis")  # simulators of the built-in tasks (task.backend, or top-level `backend`)
+# simulators of the built-in tasks (task.backend, or top-level `backend`)
+BACKENDS = ("mujoco", "genesis", "mujoco_warp")
 
 
 @dataclass

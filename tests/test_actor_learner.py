@@ -94,7 +94,7 @@ def test_learner_and_actor_configs_are_structured():
         learner_on_genesis = to_learner_config(compose("learner", ["task=panda_push", "backend=genesis"]))
         with pytest.raises(ValueError, match=r"backend=genesis: task=gym has no simulator backend"):
             to_actor_config(compose("actor", ["task=gym", "backend=genesis"]))
-        with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
+        with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, mujoco_warp, got 'bullet'"):
             to_learner_config(compose("learner", ["backend=bullet"]))
         with pytest.raises(ValueError, match=r"learning_starts \(1000\) must be below total_steps \(500\)"):
             to_learner_config(compose("learner", ["total_steps=500"]))

@@ -338,7 +338,7 @@ def test_transfer_evaluation_mujoco_policy_on_genesis_and_back(genesis, tmp_path
     out.mkdir()
     back = run_eval(EvalConfig(run=str(genesis_run), episodes=2, video=False, backend="mujoco"), out)
     assert back["backend"] == "mujoco" and 0.0 <= back["success"] <= 1.0
-    with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
+    with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, mujoco_warp, got 'bullet'"):
         run_eval(EvalConfig(run=str(genesis_run), episodes=1, video=False, backend="bullet"), out)
 
 

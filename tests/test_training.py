@@ -247,9 +247,9 @@ def test_top_level_backend_sets_the_tasks_backend_and_wins_over_task_backend():
     assert to_train_config(_compose()).task.backend == "mujoco"  # unset: the task's own
     assert to_train_config(_compose("task.backend=genesis")).task.backend == "genesis"
     assert to_train_config(_compose("backend=mujoco", "task.backend=genesis")).task.backend == "mujoco"  # top wins
-    with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, got 'bullet'"):
+    with pytest.raises(ValueError, match=r"backend must be one of mujoco, genesis, mujoco_warp, got 'bullet'"):
         to_train_config(_compose("backend=bullet"))
-    with pytest.raises(ValueError, match=r"task.backend must be one of mujoco, genesis, got 'isaac'"):
+    with pytest.raises(ValueError, match=r"task.backend must be one of mujoco, genesis, mujoco_warp, got 'isaac'"):
         to_train_config(_compose("task.backend=isaac"))
     with pytest.raises(ValueError, match=r"backend=genesis: task=gym has no simulator backend"):
         to_train_config(_compose("task=gym", "backend=genesis"))

@@ -50,7 +50,7 @@ class LearnerConfig:
     server: ServeConfig = field(default_factory=ServeConfig)
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    backend: str | None = None  # mujoco | genesis: the simulator, over task.backend (as robotrl-train)
+    backend: str | None = None  # mujoco | genesis | mujoco_warp: the simulator, over task.backend (as robotrl-train)
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     replay_capacity: int = 1_000_000  # transitions per actor stream
     max_actors: int = 8  # distinct actor ids this learner takes (each gets a replay stream)
