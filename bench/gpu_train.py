@@ -1,6 +1,6 @@
 """Minutes to a trained policy on one GPU: panda_pick_cube from scratch, no demonstrations.
 
-    python bench/gpu_train.py [--quick] [--minutes 20] [--backend genesis|mujoco] [--num-envs 4096] [--save]
+    python bench/gpu_train.py [--quick] [--minutes 20] [--backend genesis|mujoco_warp|mujoco] [--num-envs 4096] [--save]
                               [OVERRIDE ...]
 
 robotrl-train runs the GPU recipe (`recipe`): `--num-envs` envs on `--backend` (Genesis on CUDA by default), the
@@ -131,7 +131,7 @@ def run(overrides: list[str], minutes: float, workdir: Path) -> dict:
 def main() -> None:
     def extra(parser) -> None:
         parser.add_argument("--minutes", type=float, default=20.0, help="wall clock before the run is stopped")
-        parser.add_argument("--backend", default="genesis", choices=("genesis", "mujoco"))
+        parser.add_argument("--backend", default="genesis", choices=("genesis", "mujoco_warp", "mujoco"))
         parser.add_argument("--num-envs", type=int, default=4096)
         parser.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations")
 

@@ -1,6 +1,6 @@
 """The fewest physics steps per control step at which each arm task's physics stays right, against the default 20.
 
-    python bench/substeps.py [--quick] [--episodes 32] [--backend mujoco|genesis] [--save]
+    python bench/substeps.py [--quick] [--episodes 32] [--backend mujoco|genesis|mujoco_warp] [--save]
 
 Every arm task steps its physics 20 times at 2 ms per 40 ms control step; MuJoCo Playground's Panda takes 4 per
 control step. For each task with a scripted expert and each candidate count n (20, 10, 8, 5, 4, 2) the physics step
@@ -9,7 +9,7 @@ drives `--episodes` batched envs through one episode each (tasks/expert_rollout.
 the physics does not diverge, the expert's success rate is within `SUCCESS_SLACK` of its rate at 20, and contacts
 sink at most `PENETRATION_SLACK_M` deeper than at 20, on average over the control steps of each step's deepest
 contact (sustained sinking; the single deepest contact of a run is a transient spike, reported beside it). MuJoCo
-reports contact distances; Genesis does not, so there success alone decides.
+and MuJoCo Warp report contact distances; Genesis does not, so there success alone decides.
 
 Figures, per task: `fewest_substeps` (the fewest candidate for which it and every larger candidate stay right),
 each candidate's `success`, `mean_penetration_mm`, `max_penetration_mm` and `env_steps_per_s`, and `speedup` (env
@@ -78,7 +78,7 @@ def stays_right(row: dict, reference: dict) -> bool:
 def main() -> None:
     def extra(parser) -> None:
         parser.add_argument("--episodes", type=int, default=32, help="batched envs, one expert episode each")
-        parser.add_argument("--backend", default="mujoco", choices=("mujoco", "genesis"))
+        parser.add_argument("--backend", default="mujoco", choices=("mujoco", "genesis", "mujoco_warp"))
 
     args = parse_args(__doc__, extra)
     import torch
