@@ -14,7 +14,7 @@ success over the nominal success); `genesis_transfer_ratio` (the randomized poli
 `grid` (every setting's success for both policies); `twin_ratio`: the randomized policy deployed on the simulated
 twin over DDS on loopback, through the robot env and the shield as on a robot (`twin_success`: the share of
 `--episodes` episodes in which the twin's own physics lifted the cube the task's 10 cm; each starts where a
-person would put the cube, drawn from the task's start box with the bench's seed), over its nominal simulated
+person would put the cube, drawn from the task's start box and yaws with the bench's seed), over its nominal simulated
 success. `pixel_camera_shift_success`: a pixel policy (drqv2_light on panda_reach, 64 px, the front camera)
 trained with `randomization=default` (its camera terms move the mount by up to 2 cm and 5 degrees per axis, the field
 of view, the light and the colours) evaluated with the camera shifted 2 cm and 5 degrees (split evenly over the
@@ -110,7 +110,8 @@ def evaluate_run(run_dir: Path, setting, episodes: int, seed: int, out: Path) ->
 def twin_success(run_dir: Path, episodes: int, seed: int, domain: int) -> float:
     """The share of `episodes` in which the run's policy, deployed on a twin of the pick scene over DDS (the robot
     env, the shield, the tracked cube), lifted the cube the task's height, by the twin's physics. The bench is the
-    person who resets the scene: once the arm rests at home it puts the cube at a seeded draw from the start box."""
+    person who resets the scene: once the arm rests at home it puts the cube down flat at a seeded draw from the start
+    box, turned about the vertical as the task turns it."""
     import mujoco
     import numpy as np
     import torch
@@ -120,7 +121,7 @@ def twin_success(run_dir: Path, episodes: int, seed: int, domain: int) -> float:
     from robotrl.hardware.robot_env_config import RobotEnvConfig
     from robotrl.hardware.sim_twin import SimTwin, SimTwinConfig
     from robotrl.tasks.arm_task import ASSETS
-    from robotrl.tasks.panda_pick_cube import CUBE_HALF, LIFT_HEIGHT, PandaPickCube
+    from robotrl.tasks.panda_pick_cube import CUBE_HALF, CUBE_MAX_YAW, LIFT_HEIGHT, PandaPickCube
 
     from robotrl.config import strict_object
 
@@ -147,7 +148,11 @@ def twin_success(run_dir: Path, episodes: int, seed: int, domain: int) -> float:
                 reset = person.submit(env.reset)  # goes home, then waits for the cube in its start box
                 while not reset.done() and not (env.at_rest and _near(env.setpoint, home)):
                     time.sleep(0.05)
-                twin.place_object("cube", [*draws.uniform(low[:2], high[:2]), CUBE_HALF])
+                # flat and turned as the task starts it: left as the last episode dropped it (on an edge, turned
+                # past the task's yaws), every later episode met a cube orientation simulation never showed
+                yaw = draws.uniform(-CUBE_MAX_YAW, CUBE_MAX_YAW)
+                upright = [math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]
+                twin.place_object("cube", [*draws.uniform(low[:2], high[:2]), CUBE_HALF], upright)
                 obs, success = reset.result()[0], False
                 for _ in range(spec.episode_steps):
                     batch = {k: torch.as_tensor(v).unsqueeze(0) for k, v in obs.items()}

@@ -765,9 +765,10 @@ class SimTwin:
         """How the arm is controlled in the physics now: "position" or "impedance"."""
         return "position" if self._arm_gains is None else "impedance"
 
-    def place_object(self, name: str, position) -> None:
-        """Put tracked object `name` (a free body) at `position` [x, y, z] at rest, keeping its orientation,
-        before the next physics step: what a person does between robot episodes."""
+    def place_object(self, name: str, position, quat=None) -> None:
+        """Put tracked object `name` (a free body) at `position` [x, y, z] at rest, turned to `quat` [w, x, y, z]
+        (normalised; None keeps its orientation), before the next physics step: what a person does between robot
+        episodes."""
         if name not in self._object_bodies:
             raise KeyError(f"place_object: {name!r} is not a tracked object (objects: {list(self._object_bodies)})")
         if self._free_joint(name) is None:
@@ -775,8 +776,14 @@ class SimTwin:
         position = np.asarray(position, dtype=np.float64)
         if position.shape != (3,) or not np.isfinite(position).all():
             raise ValueError(f"place_object: {name!r} needs a finite [x, y, z], got {position.tolist()}")
+        if quat is not None:
+            quat = np.asarray(quat, dtype=np.float64)
+            norm = float(np.linalg.norm(quat)) if quat.shape == (4,) and np.isfinite(quat).all() else 0.0
+            if norm < 1e-6:
+                raise ValueError(f"place_object: {name!r} needs a finite, non-zero [w, x, y, z], got {quat.tolist()}")
+            quat = quat / norm
         with self._command_lock:
-            self._placements[name] = (position, None)
+            self._placements[name] = (position, quat)
 
     def _on_scene_reset(self, msg) -> None:
         """Every tracked object back where the model starts it (its free joint's qpos0), at rest."""

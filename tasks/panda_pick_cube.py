@@ -19,6 +19,7 @@ from robotrl.core.robot_spec import RobotSpec
 CUBE_HALF = 0.02
 CUBE_XY_LOW = torch.tensor([0.40, -0.15])
 CUBE_XY_HIGH = torch.tensor([0.60, 0.15])
+CUBE_MAX_YAW = math.radians(20)  # rad: the cube starts flat, turned about the vertical by up to this either way
 LIFT_HEIGHT = 0.10
 FINGER_PADS = ("left_pad", "right_pad")
 
@@ -108,7 +109,7 @@ class PandaPickCube(ArmTask):
         self.expert.cube_half[env_ids] = half
         xy = CUBE_XY_LOW + torch.rand(k, 2, generator=self.generator) * (CUBE_XY_HIGH - CUBE_XY_LOW)
         pos = torch.cat([xy, half.cpu().unsqueeze(-1)], -1)
-        yaw = (torch.rand(k, generator=self.generator) * 2 - 1) * math.radians(20)
+        yaw = (torch.rand(k, generator=self.generator) * 2 - 1) * CUBE_MAX_YAW
         quat = torch.stack([torch.cos(yaw / 2), torch.zeros(k), torch.zeros(k), torch.sin(yaw / 2)], -1)
         self.backend.set_free_body_pose(env_ids, "cube", pos, quat)
         self.backend.set_mocap_pose(env_ids, "target", pos + torch.tensor([0.0, 0.0, LIFT_HEIGHT]))

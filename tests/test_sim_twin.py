@@ -327,6 +327,31 @@ def test_latency_holds_a_command_whole_physics_steps_and_states_carry_noise(monk
         twin.close()
 
 
+def test_a_placed_object_rests_where_and_as_it_was_put():
+    """place_object puts a free body at a position, turned as given (normalised) or as it was; a bad orientation is
+    refused naming it. A person resetting the scene sets the cube down as the task starts it, not as it fell."""
+    from robotrl.tasks.arm_task import ASSETS
+
+    twin = SimTwin(
+        SimTwinConfig(model=str(ASSETS / "panda_pick_cube.xml"), objects=["cube"], domain_id=153, report_interval=0)
+    )
+    try:
+        address = twin.model.jnt_qposadr[twin._free_joint("cube")]
+        turned = [math.cos(0.15), 0.0, 0.0, math.sin(0.15)]
+        twin.place_object("cube", [0.5, 0.1, 0.02], [2 * q for q in turned])
+        twin.step()
+        np.testing.assert_allclose(twin.data.qpos[address : address + 3], [0.5, 0.1, 0.02], atol=1e-3)
+        np.testing.assert_allclose(twin.data.qpos[address + 3 : address + 7], turned, atol=1e-3)
+        twin.place_object("cube", [0.45, -0.1, 0.02])  # no orientation: kept
+        twin.step()
+        np.testing.assert_allclose(twin.data.qpos[address + 3 : address + 7], turned, atol=1e-3)
+        for bad in ([0.0, 0.0, 0.0, 0.0], [1.0, float("nan"), 0.0, 0.0], [1.0, 0.0, 0.0]):
+            with pytest.raises(ValueError, match=r"place_object: 'cube' needs a finite, non-zero \[w, x, y, z\]"):
+                twin.place_object("cube", [0.5, 0.0, 0.02], bad)
+    finally:
+        twin.close()
+
+
 def test_command_line_refuses_a_bad_setting_by_name():
     for override, complaint in (
         ("rate=5", "rate"),
