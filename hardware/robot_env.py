@@ -98,7 +98,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONTROLS = ("ee_delta", "joint_delta", "joint_position")
-# m inside the shield's workspace box (its margin included) where an ee_delta target is clamped (_joint_targets)
+# m inside the shield's workspace box (its margin included) an ee_delta target beyond a face is clamped to
 BOX_SLACK = 0.005
 
 
@@ -285,8 +285,9 @@ class RobotEnv(gym.Env):
                 # to a safety box: the shield cuts a move that would leave the box along its whole joint-space
                 # segment, so a step pressing into the box's floor lost its sideways part too (pick on the twin:
                 # the tool stalled at the floor 3 cm beside the cube while the policy pushed down and across).
-                # The slack leaves room for the tool's path between two targets on a face: a joint-space move
-                # bows out of the straight line, and the shield cuts one whose path leaves the box by any amount
+                # A coordinate beyond a face goes BOX_SLACK inside it, room for the tool's path between two targets
+                # on the face: a joint-space move bows out of the straight line, and the shield cuts one whose path
+                # leaves the box by any amount. One within the box stays: a target 2 mm above the floor is kept
                 step = self.shield.box.clamp_inside(position + step, BOX_SLACK) - position
             error = np.concatenate(
                 [

@@ -35,9 +35,10 @@ class WorkspaceBox:
 
     def clamp_inside(self, point: np.ndarray, slack: float = 0.0) -> np.ndarray:
         """`point` [..., 3] moved, axis by axis, into the box shrunk by its margin (where the shield accepts
-        targets) and `slack` more: a Cartesian step that would leave the box keeps its parts along the faces it
-        does not cross."""
-        return np.clip(point, self._lower_inner + slack, self._upper_inner - slack)
+        targets): a coordinate beyond a face goes `slack` inside it, one within the box stays as it is. A Cartesian
+        step that would leave the box so keeps its parts along the faces it does not cross."""
+        inside = (point >= self._lower_inner) & (point <= self._upper_inner)
+        return np.where(inside, point, np.clip(point, self._lower_inner + slack, self._upper_inner - slack))
 
     def max_distance_outside(self, points: np.ndarray, margin: float | None = None) -> float:
         """The largest `distance_outside` (default: own margin) over points [N, 3], in numpy (the per-step
