@@ -14,7 +14,15 @@ from pathlib import Path
 import numpy as np
 import torch
 from robotrl.tasks.backend import SimBackend, check_physics_param, check_physics_values
-from robotrl.tasks.scene_names import free_bodies, joint_bodies, light_names
+from robotrl.tasks.scene_names import (
+    HINGE_OR_SLIDE,
+    check_position_actuators,
+    colliding_geoms,
+    free_bodies,
+    joint_bodies,
+    light_names,
+    resizable_parts,
+)
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -28,21 +36,9 @@ def _instability_count(data) -> int:
     return int(data.warning.number[_UNSTABLE].sum())
 
 
-_HINGE_OR_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 # Parameters MuJoCo derives constants from at qpos0 (body_subtreemass, dof_invweight0, actuator_acc0, ...): a write
 # is followed by mj_setConst, so the model equals one compiled with the new values (tests/test_randomization.py).
 _NEEDS_SET_CONST = frozenset({"body_mass", "body_com", "body_size", "joint_armature"})
-# shapes whose size a model holds in geom_size (a mesh, height field or SDF compiles its shape into other arrays)
-_PRIMITIVES = frozenset(
-    int(t)
-    for t in (
-        mujoco.mjtGeom.mjGEOM_SPHERE,
-        mujoco.mjtGeom.mjGEOM_CAPSULE,
-        mujoco.mjtGeom.mjGEOM_ELLIPSOID,
-        mujoco.mjtGeom.mjGEOM_CYLINDER,
-        mujoco.mjtGeom.mjGEOM_BOX,
-    )
-)
 
 
 def scene_spec(xml: str | Path) -> mujoco.MjSpec:
@@ -96,7 +92,7 @@ class MujocoBackend(SimBackend):
         qpos, qvel = [], []
         for name in joints:
             joint = self._named(mujoco.mjtObj.mjOBJ_JOINT, name, "joint")
-            if int(self.model.jnt_type[joint]) not in _HINGE_OR_SLIDE:
+            if int(self.model.jnt_type[joint]) not in HINGE_OR_SLIDE:
                 raise ValueError(f"joint {name!r} is not a hinge or slide joint")
             qpos.append(self.model.jnt_qposadr[joint])
             qvel.append(self.model.jnt_dofadr[joint])
@@ -220,17 +216,10 @@ class MujocoBackend(SimBackend):
             if param == "rgb_tint":
                 return [np.flatnonzero(model.geom_bodyid == body) for body in bodies], bodies
             if param == "body_size":
-                return self._size_ids(names, bodies)
+                return resizable_parts(model, names, bodies)
             if param != "friction":
                 return bodies
-            colliding = (model.geom_contype | model.geom_conaffinity) != 0
-            geoms = []
-            for name, body in zip(names, bodies, strict=True):
-                own = np.flatnonzero((model.geom_bodyid == body) & colliding)
-                if len(own) == 0:
-                    raise ValueError(f"friction: body {name!r} has no colliding geom")
-                geoms.append(own)
-            return geoms
+            return colliding_geoms(model, names, bodies)
         if kind == "joint":
             return self._joint_addr(names)[1]
         if kind == "camera":
@@ -239,25 +228,9 @@ class MujocoBackend(SimBackend):
             return self._ids(mujoco.mjtObj.mjOBJ_LIGHT, names, "light")
         if kind == "actuator":
             acts = self._ids(mujoco.mjtObj.mjOBJ_ACTUATOR, names, "actuator")
-            if not np.allclose(model.actuator_biasprm[acts, 1], -model.actuator_gainprm[acts, 0]):
-                raise ValueError(f"actuator_gain: actuators {list(names)} include one that is not a position actuator")
+            check_position_actuators(model, names, acts)
             return acts
         return None  # gravity
-
-    def _size_ids(self, names: tuple[str, ...], bodies: np.ndarray):
-        """Each body with its geoms and sites, checked to have a size the model holds (primitive geoms)."""
-        model, out = self.model, []
-        for name, body in zip(names, bodies, strict=True):
-            geoms = np.flatnonzero(model.geom_bodyid == body)
-            if len(geoms) == 0:
-                raise ValueError(f"body_size: body {name!r} has no geom to resize")
-            if any(int(t) not in _PRIMITIVES for t in model.geom_type[geoms]):
-                raise ValueError(
-                    f"body_size: body {name!r} has a mesh, height field or plane geom; only spheres, "
-                    "capsules, ellipsoids, cylinders and boxes can be resized"
-                )
-            out.append((body, geoms, np.flatnonzero(model.site_bodyid == body)))
-        return out
 
     def _resize(self, i: int, model: mujoco.MjModel, resized, values: np.ndarray) -> None:
         """Scale each body's shapes to `values` times nominal, keeping its mass and the centre-of-mass offset that

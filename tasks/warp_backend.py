@@ -41,23 +41,20 @@ import numpy as np
 import torch
 from robotrl.tasks.backend import VISUAL_PARAMS, SimBackend, check_physics_param, check_physics_values
 from robotrl.tasks.mujoco_backend import MujocoBackend, scene_spec
-from robotrl.tasks.scene_names import free_bodies, joint_bodies, light_names
+from robotrl.tasks.scene_names import (
+    HINGE_OR_SLIDE,
+    check_position_actuators,
+    colliding_geoms,
+    free_bodies,
+    joint_bodies,
+    light_names,
+    resizable_parts,
+)
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = 'the warp extra: pip install -e ".[warp]"'
 
-_HINGE_OR_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-_PRIMITIVES = frozenset(
-    int(t)
-    for t in (
-        mujoco.mjtGeom.mjGEOM_SPHERE,
-        mujoco.mjtGeom.mjGEOM_CAPSULE,
-        mujoco.mjtGeom.mjGEOM_ELLIPSOID,
-        mujoco.mjtGeom.mjGEOM_CYLINDER,
-        mujoco.mjtGeom.mjGEOM_BOX,
-    )
-)
 # Model fields held per world: what set_physics writes, and what set_const derives from it. set_const writes each
 # derived field with that field's own batch size, so one left shared would get world 0's value in every world.
 _PER_WORLD_PARAMS = (
@@ -231,6 +228,9 @@ class MujocoWarpBackend(SimBackend):
     def _in(self, values: torch.Tensor) -> torch.Tensor:
         return values.detach().to(self.device, torch.float32)
 
+    def _on(self, ids: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(ids).to(self.device)
+
     # -- name lookups (cached: names are resolved once) ------------------------------------------
     def _named(self, kind, name: str, what: str) -> int:
         idx = mujoco.mj_name2id(self.model, kind, name)
@@ -247,7 +247,7 @@ class MujocoWarpBackend(SimBackend):
         qpos, qvel = [], []
         for name in joints:
             joint = self._named(mujoco.mjtObj.mjOBJ_JOINT, name, "joint")
-            if int(self.model.jnt_type[joint]) not in _HINGE_OR_SLIDE:
+            if int(self.model.jnt_type[joint]) not in HINGE_OR_SLIDE:
                 raise ValueError(f"joint {name!r} is not a hinge or slide joint")
             qpos.append(int(self.model.jnt_qposadr[joint]))
             qvel.append(int(self.model.jnt_dofadr[joint]))
@@ -385,41 +385,20 @@ class MujocoWarpBackend(SimBackend):
             if param == "body_mass" and (model.body_mass[bodies] <= 0).any():
                 raise ValueError(f"body_mass: bodies {list(names)} include one without mass (the world?)")
             if param == "body_size":
-                return self._size_ids(names, bodies)
+                return [
+                    (body, self._on(geoms), self._on(sites))
+                    for body, geoms, sites in resizable_parts(model, names, bodies)
+                ]
             if param != "friction":
                 return torch.tensor(bodies, device=self.device)
-            colliding = (model.geom_contype | model.geom_conaffinity) != 0
-            geoms = []
-            for name, body in zip(names, bodies, strict=True):
-                own = np.flatnonzero((model.geom_bodyid == body) & colliding)
-                if len(own) == 0:
-                    raise ValueError(f"friction: body {name!r} has no colliding geom")
-                geoms.append(torch.from_numpy(own).to(self.device))
-            return geoms
+            return [self._on(geoms) for geoms in colliding_geoms(model, names, bodies)]
         if kind == "joint":
             return self._joint_addr(names)[1]
         if kind == "actuator":
             acts = self._ids_of(mujoco.mjtObj.mjOBJ_ACTUATOR, names, "actuator").cpu().numpy()
-            if not np.allclose(model.actuator_biasprm[acts, 1], -model.actuator_gainprm[acts, 0]):
-                raise ValueError(f"actuator_gain: actuators {list(names)} include one that is not a position actuator")
-            return torch.from_numpy(acts).to(self.device)
+            check_position_actuators(model, names, acts)
+            return self._on(acts)
         return None  # gravity
-
-    def _size_ids(self, names: tuple[str, ...], bodies: list[int]):
-        """Each body with its geoms and sites, checked to have a size the model holds (primitive geoms)."""
-        model, out = self.model, []
-        for name, body in zip(names, bodies, strict=True):
-            geoms = np.flatnonzero(model.geom_bodyid == body)
-            if len(geoms) == 0:
-                raise ValueError(f"body_size: body {name!r} has no geom to resize")
-            if any(int(t) not in _PRIMITIVES for t in model.geom_type[geoms]):
-                raise ValueError(
-                    f"body_size: body {name!r} has a mesh, height field or plane geom; only spheres, "
-                    "capsules, ellipsoids, cylinders and boxes can be resized"
-                )
-            sites = np.flatnonzero(model.site_bodyid == body)
-            out.append((body, *(torch.from_numpy(ids).to(self.device) for ids in (geoms, sites))))
-        return out
 
     def physics(self, param, names):
         if param in VISUAL_PARAMS:
