@@ -12,7 +12,8 @@ the same run.
 - `peg_impedance_success_twin`: peg_insert's expert through `hardware.command=cartesian_pose` and the twin's
   Cartesian impedance controller, judged by the twin's physics (the tip `INSERT_DEPTH` into the hole). Goal >= 0.9
   over 20; `peg_success_sim` and `peg_twin_over_sim` beside it.
-- `hand_success_ratio_twin`: null: hands on a robot (the hand4 spec over ROS 2) are not built yet.
+- `hand_success_ratio_twin`: null: hand_reorient has no reference policy (scripted or saved) to deploy on the hand
+  twin yet; the hand itself runs on the twin (tests/test_robot_hand.py).
 - `gripper_cmd_p99_ms`: from the robot env publishing a gripper command to the twin receiving it (both clocks are
   this process's), over the pick episodes. Goal <= 5 ms.
 - `shield_violations`: counted from the twin's own state at every control period of every episode above: a joint
@@ -381,8 +382,8 @@ def run(args: argparse.Namespace) -> dict:
     }
     load_after = os.getloadavg()[0]
     figures["note"] = (
-        f"2 CPUs, 1-minute load {load_before:.2f} before and {load_after:.2f} after; hand_success_ratio_twin: hands on "
-        "a robot are not built yet" + (f"; {args.note}" if args.note else "")
+        f"2 CPUs, 1-minute load {load_before:.2f} before and {load_after:.2f} after; hand_success_ratio_twin: no "
+        "reference hand_reorient policy yet" + (f"; {args.note}" if args.note else "")
     )
     figures["quick"] = bool(args.quick)
     return figures
