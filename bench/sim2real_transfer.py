@@ -24,7 +24,8 @@ three axes, `randomization=fixed`); `pixel_*` beside it: both pixel policies' no
 within 5 points, Genesis >= 0.95, twin >= 0.9, the pixel policy >= 0.8 under the shift. --quick: 2,000 training
 steps (pixels: 600) and 2 episodes a setting, the same keys (figures meaningless, the pipeline checked).
 `--pixel-only` runs the pixel part alone (a line marked "part"); `--run DIR` evaluates a run of the randomized recipe
-trained before on the grid, Genesis and the twin instead of training (the randomized policy's figures, a "part" line).
+trained before on the grid, Genesis and the twin instead of training (the randomized policy's figures, a "part" line),
+and `--nodr-run DIR` a run of the recipe without randomization on the grid beside it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ def extra_args(parser) -> None:
         default=None,
         help="evaluate this run of the randomized recipe, trained before, on the grid, Genesis and the twin instead "
         "of training (the randomized policy's figures, a part line)",
+    )
+    parser.add_argument(
+        "--nodr-run",
+        type=Path,
+        default=None,
+        help="with --run: a run of the recipe without randomization, trained before, evaluated on the grid beside it",
     )
 
 
@@ -241,12 +248,16 @@ def main() -> None:
     common = run_overrides(args.seed, steps, learning_starts=1000)
     pixel_steps = args.pixel_steps or (600 if args.quick else 15_000)
     seed = 555_000 + args.seed  # the same episodes for every policy in every setting
+    if args.nodr_run is not None and args.run is None:
+        raise SystemExit("--nodr-run needs --run (the randomized run it is compared with)")
     if args.run is not None:
+        trained = {"dr": args.run, **({"nodr": args.nodr_run} if args.nodr_run else {})}
         with tempfile.TemporaryDirectory(prefix="sim2real_transfer_") as tmp:
-            grid = evaluate_grid({"dr": args.run}, episodes, seed, Path(tmp))
+            grid = evaluate_grid(trained, episodes, seed, Path(tmp))
             twin = twin_success(args.run, episodes, seed, args.domain)
         figures = {"episodes": episodes, "seed": args.seed, **policy_figures(grid, twin), "grid": grid}
-        figures["part"] = f"the randomized policy of a run trained before (--run), checkpoint {_checkpoint(args.run)}"
+        checkpoints = ", ".join(f"{name} {_checkpoint(run)}" for name, run in trained.items())
+        figures["part"] = f"runs trained before (--run, --nodr-run), checkpoints {checkpoints}"
         emit("sim2real_transfer", figures, args.save)
         return
     if args.pixel_only:
