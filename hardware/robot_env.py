@@ -281,13 +281,10 @@ class RobotEnv(gym.Env):
             position, quat, jac = self.kinematics.pose(q)
             step = self._action_frame @ (arm * self.max_ee_step)
             if self.shield.box is not None:
-                # the tool's target is kept in the shield's box axis by axis, as SERL clips its Cartesian target
-                # to a safety box: the shield cuts a move that would leave the box along its whole joint-space
-                # segment, so a step pressing into the box's floor lost its sideways part too (pick on the twin:
-                # the tool stalled at the floor 3 cm beside the cube while the policy pushed down and across).
-                # A coordinate beyond a face goes BOX_SLACK inside it, room for the tool's path between two targets
-                # on the face: a joint-space move bows out of the straight line, and the shield cuts one whose path
-                # leaves the box by any amount. One within the box stays: a target 2 mm above the floor is kept
+                # the tool's target is kept in the box axis by axis, as SERL clips its Cartesian target: the shield
+                # cuts a move leaving the box along its whole segment, so a step into the floor lost its sideways
+                # part (pick on the twin stalled 3 cm beside the cube). BOX_SLACK is room for a joint-space path
+                # along a face, which bows out of the straight line (docs/safety.md)
                 step = self.shield.box.clamp_inside(position + step, BOX_SLACK) - position
             error = np.concatenate(
                 [
