@@ -171,22 +171,20 @@ def test_a_subset_reset_leaves_the_other_envs_untouched(pick):
     for _ in range(3):
         env.step(torch.rand(4, env.action_dim, generator=generator) * 2 - 1)
     sim, joints = env.task.backend, env.task.robot.joints
-    before = {
-        "q": sim.joint_pos(joints),
-        "hand": sim.body_pose("hand")[0],
-        "jacobian": sim.site_jacobian("grip_site", joints),
-        "cube": sim.body_pose("cube")[0],
-        "contact": sim.in_contact(("cube",), ("floor",)),
-    }
+
+    def queries() -> dict[str, torch.Tensor]:
+        return {
+            "q": sim.joint_pos(joints),
+            "hand": sim.body_pose("hand")[0],
+            "jacobian": sim.site_jacobian("grip_site", joints),
+            "cube": sim.body_pose("cube")[0],
+            "contact": sim.in_contact(("cube",), ("floor",)),
+        }
+
+    before = queries()
     ids = torch.tensor([1, 3])
     env.task.reset(ids)
-    after = {
-        "q": sim.joint_pos(joints),
-        "hand": sim.body_pose("hand")[0],
-        "jacobian": sim.site_jacobian("grip_site", joints),
-        "cube": sim.body_pose("cube")[0],
-        "contact": sim.in_contact(("cube",), ("floor",)),
-    }
+    after = queries()
     kept = torch.tensor([0, 2])
     for key in before:  # the poses the last step left, not recomputed: as the MuJoCo backend's
         assert torch.equal(after[key][kept], before[key][kept]), key
